@@ -1,0 +1,27 @@
+"""Context assembly for one model call."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import ContextDep, SessionIdPath, TenantDep
+from app.schemas.common import problem_responses
+from app.schemas.context import ContextRequest, ContextResponse
+
+router = APIRouter(prefix="/v1/sessions", tags=["context"])
+
+
+@router.post(
+    "/{session_id}/context",
+    summary="The context that fits the token budget",
+    description="System prompt, the newest turns verbatim and the memories recalled for "
+    "`query` (default: the last user message), packed so that `tokens.total <= "
+    "token_budget`. The last user message is always included; a budget too small for it "
+    "and the system prompt is a 422 `token_budget_too_small`.",
+    response_model=ContextResponse,
+    responses=problem_responses(401, 404, 422, 503),
+)
+async def build_context(
+    session_id: SessionIdPath, body: ContextRequest, tenant: TenantDep, service: ContextDep
+) -> ContextResponse:
+    return await service.build(tenant, session_id, body)

@@ -1,0 +1,126 @@
+"""One place that turns every failure into RFC 9457 problem+json with a request id."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import uuid
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import AppError
+
+log = logging.getLogger("strata.api")
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+class ProblemResponse(Response):
+    media_type = "application/problem+json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class RequestIdMiddleware:
+    """Takes `X-Request-ID` from the caller (or makes one) and returns it on every answer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if 0 < len(given) <= 128 and given.isprintable() else uuid.uuid4().hex
+        token = request_id_var.set(rid)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id_var.reset(token)
+
+
+def problem(
+    status: int, code: str, title: str, detail: str, errors: list[dict[str, Any]] | None = None
+) -> ProblemResponse:
+    body: dict[str, Any] = {
+        "type": f"urn:strata:problem:{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "request_id": request_id_var.get(),
+    }
+    if errors is not None:
+        body["errors"] = errors
+    return ProblemResponse(body, status_code=status)
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def _app_error(_: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, AppError)
+    if exc.status >= 500:
+        log.warning("%s: %s", exc.code, exc.detail)
+    return problem(exc.status, exc.code, exc.title, exc.detail, exc.errors)
+
+
+async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {
+            "loc": list(e.get("loc", ())),
+            "field": _field(e.get("loc", ())),
+            "msg": e.get("msg", ""),
+            "type": e.get("type", ""),
+        }
+        for e in exc.errors()
+    ]
+    detail = "; ".join(f"{e['field']}: {e['msg']}" for e in errors[:5])
+    return problem(422, "validation_error", "Invalid request", detail, errors)
+
+
+async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _STATUS_CODES.get(exc.status_code, "http_error")
+    return problem(exc.status_code, code, code.replace("_", " ").capitalize(), str(exc.detail))
+
+
+async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
+    log.exception("unhandled error", exc_info=exc)
+    return problem(500, "internal_error", "Internal server error", "an unexpected error occurred")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+    app.add_middleware(RequestIdMiddleware)

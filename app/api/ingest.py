@@ -1,0 +1,112 @@
+"""Sessions and message ingest."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+from app.api.deps import IngestDep, LimitQuery, SessionIdPath, TenantDep, UserIdQuery
+from app.schemas.common import problem_responses
+from app.schemas.ingest import (
+    IngestRequest,
+    IngestResponse,
+    MessagePage,
+    SessionDeleted,
+    SessionOut,
+    SessionUpsert,
+)
+
+router = APIRouter(prefix="/v1/sessions", tags=["ingest"])
+
+
+def _with(
+    extra: dict[int | str, dict[str, Any]], *statuses: int
+) -> dict[int | str, dict[str, Any]]:
+    return {**extra, **problem_responses(*statuses)}
+
+
+@router.put(
+    "/{session_id}",
+    summary="Create or update a session",
+    response_model=SessionOut,
+    responses=_with({201: {"model": SessionOut, "description": "created"}}, 401, 409, 422),
+)
+async def put_session(
+    session_id: SessionIdPath,
+    body: SessionUpsert,
+    tenant: TenantDep,
+    ingest: IngestDep,
+    response: Response,
+) -> SessionOut:
+    session, created = await ingest.upsert_session(tenant, session_id, body)
+    if created:
+        response.status_code = status.HTTP_201_CREATED
+    return session
+
+
+@router.get(
+    "/{session_id}",
+    summary="A session, with its log and index watermarks",
+    response_model=SessionOut,
+    responses=problem_responses(401, 404, 422),
+)
+async def get_session(
+    session_id: SessionIdPath, user_id: UserIdQuery, tenant: TenantDep, ingest: IngestDep
+) -> SessionOut:
+    return await ingest.get_session(tenant, session_id, user_id)
+
+
+@router.delete(
+    "/{session_id}",
+    summary="Delete a session, its messages and what was derived only from it",
+    response_model=SessionDeleted,
+    responses=problem_responses(401, 404, 422, 503),
+)
+async def delete_session(
+    session_id: SessionIdPath, user_id: UserIdQuery, tenant: TenantDep, ingest: IngestDep
+) -> SessionDeleted:
+    return await ingest.delete_session(tenant, session_id, user_id)
+
+
+@router.post(
+    "/{session_id}/messages",
+    summary="Append messages to the session's log",
+    description="Answers `202` once the messages are durable; with `wait=true`, `200` once "
+    "they are also searchable (`202` with the watermark reached if indexing outlasts "
+    "the server's wait limit). A message whose client `id` is already stored counts as a "
+    "duplicate, so retries are safe. The session is created on first use.",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestResponse,
+    responses=_with(
+        {200: {"model": IngestResponse, "description": "indexed (wait=true)"}}, 401, 404, 422
+    ),
+)
+async def post_messages(
+    session_id: SessionIdPath,
+    body: IngestRequest,
+    tenant: TenantDep,
+    ingest: IngestDep,
+    response: Response,
+) -> IngestResponse:
+    result = await ingest.add_messages(tenant, session_id, body)
+    if body.wait and result.indexed_seq is not None and result.indexed_seq >= result.last_seq:
+        response.status_code = status.HTTP_200_OK
+    return result
+
+
+@router.get(
+    "/{session_id}/messages",
+    summary="The session's history, newest last",
+    response_model=MessagePage,
+    responses=problem_responses(401, 404, 422),
+)
+async def get_messages(
+    session_id: SessionIdPath,
+    user_id: UserIdQuery,
+    tenant: TenantDep,
+    ingest: IngestDep,
+    limit: LimitQuery = 50,
+    before_seq: Annotated[int | None, Query(ge=1, description="page before this seq")] = None,
+) -> MessagePage:
+    return await ingest.list_messages(tenant, session_id, user_id, before_seq, limit)

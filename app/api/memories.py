@@ -1,0 +1,106 @@
+"""Long-term memories: CRUD and the audit trail."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from app.api.deps import LimitQuery, MemoryDep, TenantDep, UserIdQuery
+from app.schemas.common import problem_responses
+from app.schemas.memories import (
+    MemoryCreate,
+    MemoryEventPage,
+    MemoryOut,
+    MemoryPage,
+    MemoryPatch,
+    MemoryType,
+)
+
+router = APIRouter(prefix="/v1/memories", tags=["memories"])
+
+CursorQuery = Annotated[str | None, Query(max_length=512, description="from `next_cursor`")]
+
+
+@router.post(
+    "",
+    summary="Store a memory",
+    status_code=status.HTTP_201_CREATED,
+    response_model=MemoryOut,
+    responses=problem_responses(401, 422, 503),
+)
+async def create_memory(body: MemoryCreate, tenant: TenantDep, memories: MemoryDep) -> MemoryOut:
+    return await memories.create(tenant, body)
+
+
+@router.get(
+    "",
+    summary="List a user's memories, newest first",
+    response_model=MemoryPage,
+    responses=problem_responses(401, 422),
+)
+async def list_memories(
+    user_id: UserIdQuery,
+    tenant: TenantDep,
+    memories: MemoryDep,
+    memory_type: MemoryType | None = None,
+    cursor: CursorQuery = None,
+    limit: LimitQuery = 50,
+) -> MemoryPage:
+    return await memories.list(tenant, user_id, memory_type, cursor, limit)
+
+
+@router.get(
+    "/{memory_id}",
+    summary="One memory",
+    response_model=MemoryOut,
+    responses=problem_responses(401, 404, 422),
+)
+async def get_memory(
+    memory_id: uuid.UUID, user_id: UserIdQuery, tenant: TenantDep, memories: MemoryDep
+) -> MemoryOut:
+    return await memories.get(tenant, user_id, memory_id)
+
+
+@router.patch(
+    "/{memory_id}",
+    summary="Change a memory (the old value stays in its history)",
+    response_model=MemoryOut,
+    responses=problem_responses(401, 404, 422, 503),
+)
+async def patch_memory(
+    memory_id: uuid.UUID, body: MemoryPatch, tenant: TenantDep, memories: MemoryDep
+) -> MemoryOut:
+    return await memories.update(tenant, memory_id, body)
+
+
+@router.delete(
+    "/{memory_id}",
+    summary="Delete a memory (its history stays readable)",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=problem_responses(401, 404, 422, 503),
+)
+async def delete_memory(
+    memory_id: uuid.UUID, user_id: UserIdQuery, tenant: TenantDep, memories: MemoryDep
+) -> Response:
+    await memories.delete(tenant, user_id, memory_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/{memory_id}/history",
+    summary="The memory's audit trail, oldest first",
+    response_model=MemoryEventPage,
+    responses=problem_responses(401, 404, 422),
+)
+async def memory_history(
+    memory_id: uuid.UUID,
+    user_id: UserIdQuery,
+    tenant: TenantDep,
+    memories: MemoryDep,
+    cursor: CursorQuery = None,
+    limit: LimitQuery = 50,
+) -> MemoryEventPage:
+    return await memories.history(tenant, user_id, memory_id, cursor, limit)

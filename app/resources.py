@@ -1,0 +1,112 @@
+"""The one factory that opens every client: used by the API lifespan and by the worker.
+
+Nothing here runs at import time; every client is opened once per process and closed in
+reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+
+from app.core import terms
+from app.core.tokens import TokenCounter
+from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
+from app.settings import Settings
+from app.stores.buffer import Buffer
+from app.stores.db import Database, create_engine, migrate
+from app.stores.vectors import QdrantEdgeIndex, QdrantServerIndex, VectorIndex, collection_name
+
+log = logging.getLogger("strata")
+
+
+@dataclass(slots=True)
+class Resources:
+    settings: Settings
+    db: Database
+    buffer: Buffer
+    vectors: VectorIndex
+    embedder: Embedder
+    tokens: TokenCounter
+
+
+_shared_fake_server: Any = None
+
+
+def _redis(settings: Settings) -> Redis:
+    if settings.redis_url is not None:
+        return Redis.from_url(settings.redis_url.get_secret_value())
+    # Embedded: an in-process stand-in. One shared server per process, so the api and
+    # the in-process worker see the same keys and pub/sub.
+    import fakeredis
+
+    global _shared_fake_server
+    if _shared_fake_server is None:
+        _shared_fake_server = fakeredis.FakeServer()
+    return fakeredis.FakeAsyncRedis(server=_shared_fake_server)
+
+
+def _embedder(settings: Settings) -> Embedder:
+    if settings.embedder == "openai":
+        if not settings.embedding_url:
+            raise ValueError("STRATA_EMBEDDING_URL is required with STRATA_EMBEDDER=openai")
+        key = settings.embedding_api_key
+        headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+        client = httpx.AsyncClient(
+            base_url=settings.embedding_url,
+            headers=headers,
+            timeout=settings.embedding_timeout_seconds,
+        )
+        return OpenAIEmbedder(client, model=settings.embedding_model, dim=settings.embedding_dim)
+    return LocalUSE()
+
+
+@contextlib.asynccontextmanager
+async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
+    async with contextlib.AsyncExitStack() as stack:
+        if settings.auto_migrate:
+            await migrate(settings.database_dsn)
+        db = Database(create_engine(settings.database_dsn))
+        stack.push_async_callback(db.close)
+
+        buffer = Buffer(
+            _redis(settings),
+            window=settings.buffer_window,
+            ttl_seconds=settings.buffer_ttl_seconds,
+        )
+        stack.push_async_callback(buffer.close)
+
+        embedder = _embedder(settings)
+        stack.push_async_callback(embedder.close)
+        if isinstance(embedder, LocalUSE):
+            await asyncio.to_thread(embedder.load)
+        await asyncio.to_thread(terms.warm_up)
+
+        name = collection_name(settings.collection_prefix, embedder.model_id, embedder.dim)
+        vectors: VectorIndex
+        if settings.qdrant_url:
+            api_key = (
+                settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+            )
+            vectors = QdrantServerIndex.connect(settings.qdrant_url, api_key, name, embedder.dim)
+        else:
+            vectors = QdrantEdgeIndex(settings.data_dir / "qdrant", name, embedder.dim)
+        stack.push_async_callback(vectors.close)
+        await vectors.ensure_collection()
+
+        tokens = TokenCounter(settings.tokenizer)
+        log.info(
+            "resources open: db=%s redis=%s vectors=%s embedder=%s",
+            db.dialect,
+            "server" if settings.redis_url else "in-process",
+            "server" if settings.qdrant_url else "edge",
+            embedder.model_id,
+        )
+        yield Resources(settings, db, buffer, vectors, embedder, tokens)

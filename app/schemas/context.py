@@ -1,0 +1,47 @@
+"""The context window assembled for one model call."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from app.schemas.common import EventTime, Identifier, Query, StrictModel
+from app.schemas.ingest import MessageOut
+from app.schemas.recall import RecallResult
+
+
+class ContextRequest(StrictModel):
+    user_id: Identifier
+    query: Query | None = Field(default=None, description="default: the last user message")
+    token_budget: int = Field(default=4000, ge=1, le=200_000)
+    as_of: EventTime | None = None
+
+    model_config = {
+        "json_schema_extra": {"examples": [{"user_id": "user-42", "token_budget": 4000}]}
+    }
+
+
+class SummaryOut(BaseModel):
+    level: str
+    period_start: datetime
+    content: str
+
+
+class ContextSections(BaseModel):
+    system_prompt: str
+    working_memory: dict[str, Any]
+    profile: dict[str, Any]
+    summaries: list[SummaryOut]
+    memories: list[RecallResult]
+    recent_messages: list[MessageOut]
+
+
+class ContextResponse(BaseModel):
+    sections: ContextSections
+    text: str = Field(description="the sections rendered as one prompt")
+    tokens: dict[str, int] = Field(description="per section, and `total` = tokens of `text`")
+    token_budget: int
+    tokenizer: str
+    dropped: dict[str, int] = Field(description="items per section left out for the budget")

@@ -1,0 +1,94 @@
+"""Context assembly: the session's instructions, newest turns and recalled memories,
+packed into the caller's token budget (DESIGN §2, context)."""
+
+from __future__ import annotations
+
+from app.core import packing
+from app.errors import InvalidInput
+from app.resources import Resources
+from app.schemas.context import ContextRequest, ContextResponse, ContextSections
+from app.schemas.ingest import MessageOut
+from app.schemas.recall import RecallResult
+from app.services.ingest import IngestService
+from app.services.recall import RecallService
+
+# Memories fetched for packing; the budget decides how many stay.
+CONTEXT_TOP_K = 30
+
+
+def _line(m: MessageOut) -> str:
+    name = m.metadata.get("name") if m.metadata else None
+    speaker = name if isinstance(name, str) and name.strip() else m.role
+    return f"{speaker}: {m.content}"
+
+
+def _memory_line(r: RecallResult) -> str:
+    return f"[{r.created_at.date().isoformat()}] {r.content}"
+
+
+class ContextService:
+    def __init__(self, resources: Resources, ingest: IngestService, recall: RecallService) -> None:
+        self.r = resources
+        self.ingest = ingest
+        self.recall = recall
+
+    async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
+        session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
+        recent = await self.ingest.recent(tenant_id, session, self.r.settings.buffer_window)
+        if body.as_of is not None:
+            recent = [m for m in recent if m.created_at <= body.as_of]
+
+        last_user = next(
+            (i for i in range(len(recent) - 1, -1, -1) if recent[i].role == "user"), None
+        )
+        query = body.query or (recent[last_user].content if last_user is not None else None)
+
+        memories: list[RecallResult] = []
+        if query:
+            found = await self.recall.search(
+                tenant_id, body.user_id, query, top_k=CONTEXT_TOP_K, as_of=body.as_of
+            )
+            # What the recent turns already say verbatim is not worth its tokens twice.
+            shown = {m.seq for m in recent}
+            memories = [
+                r
+                for r in found
+                if not r.sources
+                or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
+            ]
+
+        try:
+            packed = packing.pack(
+                system_prompt=session.system_prompt or "",
+                memories=[packing.Item(i, _memory_line(r)) for i, r in enumerate(memories)],
+                recent=[packing.Item(i, _line(m)) for i, m in enumerate(recent)],
+                required_recent=last_user,
+                budget=body.token_budget,
+                count=self.r.tokens,
+            )
+        except packing.BudgetTooSmall as exc:
+            raise InvalidInput(
+                "token_budget",
+                f"{body.token_budget} is too small: the system prompt and the last user "
+                f"message alone need {exc.needed} tokens",
+                code="token_budget_too_small",
+            ) from exc
+
+        kept_memories = [memories[item.key] for item in packed.memories]
+        if kept_memories and body.as_of is None:  # a replay of the past changes nothing
+            self.recall.reinforce_later(tenant_id, body.user_id, [m.id for m in kept_memories])
+        return ContextResponse(
+            sections=ContextSections(
+                system_prompt=packed.system_prompt,
+                working_memory={},
+                profile={},
+                summaries=[],
+                memories=kept_memories,
+                recent_messages=[recent[item.key] for item in packed.recent],
+            ),
+            text=packed.text,
+            tokens=packed.tokens,
+            token_budget=body.token_budget,
+            tokenizer=self.r.tokens.encoding,
+            dropped=packed.dropped,
+        )

@@ -1,0 +1,267 @@
+"""Sessions and message ingest: the log first, then the buffer, then a wake-up.
+
+Durability order (DESIGN §1): a message is committed to the log before it touches Redis;
+Redis failing after the commit loses nothing (the window is rebuilt from the log), so it is
+logged and the request still succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from app.errors import Conflict, NotFound
+from app.resources import Resources
+from app.schemas.ingest import (
+    IngestRequest,
+    IngestResponse,
+    MessageOut,
+    MessagePage,
+    SessionDeleted,
+    SessionOut,
+    SessionUpsert,
+)
+from app.stores import memories as memory_store
+from app.stores import messages as message_store
+from app.stores import sessions as session_store
+from app.stores.models import Message, Session
+
+log = logging.getLogger("strata.ingest")
+
+
+def session_out(row: Session) -> SessionOut:
+    return SessionOut(
+        id=row.id,
+        user_id=row.user_id,
+        system_prompt=row.system_prompt,
+        metadata=row.metadata_,
+        last_seq=row.last_seq,
+        indexed_seq=row.indexed_seq,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def message_out(row: Message) -> MessageOut:
+    return MessageOut(
+        id=row.client_id or f"seq:{row.seq}",
+        seq=row.seq,
+        role=row.role,
+        content=row.content,
+        created_at=row.created_at,
+        metadata=row.metadata_,
+    )
+
+
+def buffer_entry(row: Message) -> dict[str, Any]:
+    return message_out(row).model_dump(mode="json")
+
+
+class IngestService:
+    def __init__(self, resources: Resources) -> None:
+        self.r = resources
+
+    async def upsert_session(
+        self, tenant_id: str, session_id: str, body: SessionUpsert
+    ) -> tuple[SessionOut, bool]:
+        """Create or update; returns (session, created)."""
+        now = datetime.now(UTC)
+        async with self.r.db.transaction() as tx:
+            row = await session_store.get(tx, tenant_id, session_id, for_update=True)
+            if row is not None and row.user_id != body.user_id:
+                raise Conflict(
+                    f"session {session_id!r} belongs to another user", code="session_user_conflict"
+                )
+            await session_store.ensure_user(tx, tenant_id, body.user_id, now)
+            if row is None:
+                row = await session_store.create(
+                    tx,
+                    tenant_id=tenant_id,
+                    session_id=session_id,
+                    user_id=body.user_id,
+                    system_prompt=body.system_prompt,
+                    metadata=body.metadata,
+                    now=now,
+                )
+                return session_out(row), True
+            fields = body.model_fields_set
+            if "system_prompt" in fields:
+                row.system_prompt = body.system_prompt
+            if "metadata" in fields:
+                row.metadata_ = body.metadata
+            row.updated_at = now
+            await tx.flush()
+            return session_out(row), False
+
+    async def get_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionOut:
+        async with self.r.db.transaction() as tx:
+            return session_out(await self._owned(tx, tenant_id, session_id, user_id))
+
+    @staticmethod
+    async def _owned(tx: Any, tenant_id: str, session_id: str, user_id: str) -> Session:
+        row = await session_store.get(tx, tenant_id, session_id)
+        if row is None or row.user_id != user_id:
+            raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
+        return row
+
+    async def delete_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionDeleted:
+        """The session, its log, its window, and the memories derived only from it."""
+        now = datetime.now(UTC)
+        async with self.r.db.transaction() as tx:
+            await self._owned(tx, tenant_id, session_id, user_id)
+            gone, kept = await memory_store.detach_session(tx, tenant_id, user_id, session_id, now)
+            count = await message_store.delete_session(tx, tenant_id, session_id)
+            await session_store.delete(tx, tenant_id, session_id)
+            # The index follows the canonical rows inside the transaction: if Qdrant is down,
+            # nothing is deleted and the caller may retry.
+            await self.r.vectors.delete(gone)
+            await self.r.vectors.set_payload(kept)
+        try:
+            await self.r.buffer.drop(tenant_id, session_id)
+        except Exception:  # the window expires by TTL anyway
+            log.warning("could not drop the buffer of session %s", session_id, exc_info=True)
+        return SessionDeleted(session_id=session_id, messages=count, memories=len(gone))
+
+    async def add_messages(
+        self, tenant_id: str, session_id: str, body: IngestRequest
+    ) -> IngestResponse:
+        now = datetime.now(UTC)
+        async with self.r.db.transaction() as tx:
+            session = await session_store.get(tx, tenant_id, session_id, for_update=True)
+            if session is None:
+                await session_store.ensure_user(tx, tenant_id, body.user_id, now)
+                session = await session_store.create(
+                    tx,
+                    tenant_id=tenant_id,
+                    session_id=session_id,
+                    user_id=body.user_id,
+                    system_prompt=None,
+                    metadata={},
+                    now=now,
+                )
+            elif session.user_id != body.user_id:
+                raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
+
+            client_ids = [m.id for m in body.messages if m.id is not None]
+            seen = await message_store.existing_client_ids(tx, tenant_id, session_id, client_ids)
+            rows: list[dict[str, Any]] = []
+            seq = session.last_seq
+            for m in body.messages:
+                if m.id is not None:
+                    if m.id in seen:
+                        continue
+                    seen.add(m.id)
+                seq += 1
+                rows.append(
+                    {
+                        "tenant_id": tenant_id,
+                        "session_id": session_id,
+                        "seq": seq,
+                        "client_id": m.id,
+                        "user_id": body.user_id,
+                        "role": m.role,
+                        "content": m.content,
+                        "metadata_": m.metadata,
+                        "created_at": m.created_at or now,
+                        "received_at": now,
+                    }
+                )
+            if rows:
+                await message_store.insert_many(tx, rows)
+                session.last_seq = seq
+                session.updated_at = now
+                await tx.flush()
+            last_seq = session.last_seq
+
+        if rows:
+            await self._after_commit(tenant_id, session_id, rows)
+        response = IngestResponse(
+            accepted=len(rows), duplicates=len(body.messages) - len(rows), last_seq=last_seq
+        )
+        if body.wait:
+            response.indexed_seq = await self._wait_indexed(tenant_id, session_id, last_seq)
+        return response
+
+    async def _after_commit(
+        self, tenant_id: str, session_id: str, rows: list[dict[str, Any]]
+    ) -> None:
+        entries = [
+            MessageOut(
+                id=r["client_id"] or f"seq:{r['seq']}",
+                seq=r["seq"],
+                role=r["role"],
+                content=r["content"],
+                created_at=r["created_at"],
+                metadata=r["metadata_"],
+            ).model_dump(mode="json")
+            for r in rows
+        ]
+        try:
+            await self.r.buffer.push(tenant_id, session_id, entries)
+            await self.r.buffer.wake_workers()
+        except Exception:
+            log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
+
+    async def _wait_indexed(self, tenant_id: str, session_id: str, target: int) -> int:
+        """Poll the watermark until it reaches `target` or the wait times out.
+
+        On time-out the answer is still a success (the messages are in the log) and carries
+        the watermark reached, so the caller sees the lag instead of an error.
+        """
+        deadline = time.monotonic() + self.r.settings.wait_timeout_seconds
+        delay = 0.005
+        while True:
+            async with self.r.db.transaction() as tx:
+                indexed = await session_store.indexed_seq(tx, tenant_id, session_id)
+            if indexed is None or indexed >= target or time.monotonic() >= deadline:
+                return indexed or 0
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    async def list_messages(
+        self, tenant_id: str, session_id: str, user_id: str, before_seq: int | None, limit: int
+    ) -> MessagePage:
+        async with self.r.db.transaction() as tx:
+            await self._owned(tx, tenant_id, session_id, user_id)
+            rows = await message_store.page(
+                tx, tenant_id, session_id, before_seq=before_seq, limit=limit + 1
+            )
+        more = len(rows) > limit
+        rows = rows[1:] if more else rows
+        return MessagePage(
+            items=[message_out(r) for r in rows],
+            next_cursor=str(rows[0].seq) if more and rows else None,
+        )
+
+    async def recent(self, tenant_id: str, session: SessionOut, n: int) -> list[MessageOut]:
+        """The session's newest `n` messages from the buffer, rebuilt from the log when the
+        window is missing or behind (Redis flushed, evicted, or a push that failed)."""
+        n = min(n, self.r.settings.buffer_window)
+        if session.last_seq == 0:
+            return []
+        try:
+            window = await self.r.buffer.recent(tenant_id, session.id, n)
+        except Exception:
+            log.warning("buffer unavailable; reading the log", exc_info=True)
+            window = None
+        if (
+            window
+            and window[-1]["seq"] >= session.last_seq
+            and window[-1]["seq"] - window[0]["seq"] + 1 == len(window)  # no gaps
+            and len(window) >= min(n, session.last_seq)
+        ):
+            return [MessageOut.model_validate(m) for m in window]
+        async with self.r.db.transaction() as tx:
+            rows = await message_store.page(
+                tx, tenant_id, session.id, before_seq=None, limit=self.r.settings.buffer_window
+            )
+        entries = [buffer_entry(r) for r in rows]
+        if window is not None:
+            try:
+                await self.r.buffer.replace(tenant_id, session.id, entries)
+            except Exception:
+                log.warning("could not rebuild the buffer", exc_info=True)
+        return [MessageOut.model_validate(m) for m in entries[-n:]]

@@ -1,0 +1,266 @@
+"""Long-term memories written by callers: create, read, update, delete, history.
+
+Order of writes: the row is flushed inside the transaction, the point is written, then the
+transaction commits. If the index is down the transaction rolls back and the caller gets a
+503 with nothing stored; a memory is never only in one of the two stores.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from app.core import terms
+from app.core.chunking import heuristic_importance
+from app.errors import InvalidInput, NotFound
+from app.resources import Resources
+from app.schemas.common import Source
+from app.schemas.memories import (
+    MemoryCreate,
+    MemoryEventOut,
+    MemoryEventPage,
+    MemoryOut,
+    MemoryPage,
+    MemoryPatch,
+)
+from app.services.promotion import content_hash, epoch, memory_payload
+from app.stores import memories as memory_store
+from app.stores import sessions as session_store
+from app.stores.models import Memory, MemoryEvent
+from app.stores.vectors import VectorPoint
+
+
+def memory_out(row: Memory) -> MemoryOut:
+    return MemoryOut(
+        id=row.id,
+        user_id=row.user_id,
+        session_id=row.session_id,
+        memory_type=row.memory_type,
+        content=row.content,
+        importance=row.importance,
+        pinned=row.pinned,
+        access_count=row.access_count,
+        last_accessed_at=row.last_accessed_at,
+        strength=row.strength,
+        sources=[Source.model_validate(s) for s in row.sources],
+        metadata=row.metadata_,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def event_out(row: MemoryEvent) -> MemoryEventOut:
+    return MemoryEventOut(
+        id=row.id,
+        memory_id=row.memory_id,
+        event=row.event,
+        old=row.old_value,
+        new=row.new_value,
+        reason=row.reason,
+        created_at=row.created_at,
+    )
+
+
+def encode_cursor(*parts: Any) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps(parts)).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> list[Any]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = orjson.loads(base64.urlsafe_b64decode(padded))
+    except (ValueError, orjson.JSONDecodeError) as exc:
+        raise InvalidInput("cursor", "is not a cursor this API returned") from exc
+    if not isinstance(value, list):
+        raise InvalidInput("cursor", "is not a cursor this API returned")
+    return value
+
+
+def _payload_of(row: Memory) -> dict[str, Any]:
+    return memory_payload(
+        tenant_id=row.tenant_id,
+        user_id=row.user_id,
+        session_id=row.session_id,
+        memory_type=row.memory_type,
+        content=row.content,
+        importance=row.importance,
+        sources=row.sources,
+        metadata=row.metadata_,
+        created_at=row.created_at,
+        pinned=row.pinned,
+        access_count=row.access_count,
+        last_accessed_at=row.last_accessed_at,
+    )
+
+
+def _event(row: Memory, event: str, old: Any, new: Any, reason: str | None) -> dict[str, Any]:
+    return {
+        "tenant_id": row.tenant_id,
+        "user_id": row.user_id,
+        "memory_id": row.id,
+        "event": event,
+        "old_value": old,
+        "new_value": new,
+        "reason": reason,
+        "created_at": datetime.now(UTC),
+    }
+
+
+class MemoryService:
+    def __init__(self, resources: Resources) -> None:
+        self.r = resources
+
+    async def create(self, tenant_id: str, body: MemoryCreate) -> MemoryOut:
+        now = datetime.now(UTC)
+        dense = (await self.r.embedder.embed([body.content]))[0]
+        row = Memory(
+            id=uuid.uuid4(),
+            tenant_id=tenant_id,
+            user_id=body.user_id,
+            session_id=body.session_id,
+            memory_type=body.memory_type,
+            content=body.content,
+            importance=body.importance
+            if body.importance is not None
+            else heuristic_importance(body.content),
+            access_count=0,
+            last_accessed_at=None,
+            strength=1.0,
+            pinned=body.pinned,
+            valid_from=now,
+            sources=[],
+            metadata_=body.metadata,
+            content_hash=content_hash(body.content),
+            created_at=now,
+            updated_at=now,
+        )
+        async with self.r.db.transaction() as tx:
+            if body.session_id is not None:
+                session = await session_store.get(tx, tenant_id, body.session_id)
+                if session is None or session.user_id != body.user_id:
+                    raise InvalidInput("session_id", "names no session of this user")
+            await session_store.ensure_user(tx, tenant_id, body.user_id, now)
+            await memory_store.add(tx, row)
+            await memory_store.add_events(
+                tx, [_event(row, "created", None, {"content": row.content}, "created by API")]
+            )
+            point = VectorPoint(row.id, dense, terms.document_vector(row.content), _payload_of(row))
+            await self.r.vectors.upsert([point])
+        return memory_out(row)
+
+    async def get(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> MemoryOut:
+        async with self.r.db.transaction() as tx:
+            row = await memory_store.get(tx, tenant_id, user_id, memory_id)
+        if row is None:
+            raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+        return memory_out(row)
+
+    async def list(
+        self,
+        tenant_id: str,
+        user_id: str,
+        memory_type: str | None,
+        cursor: str | None,
+        limit: int,
+    ) -> MemoryPage:
+        after = None
+        if cursor:
+            parts = decode_cursor(cursor)
+            try:
+                after = (datetime.fromisoformat(parts[0]), uuid.UUID(parts[1]))
+            except (IndexError, TypeError, ValueError) as exc:
+                raise InvalidInput("cursor", "is not a cursor this API returned") from exc
+        async with self.r.db.transaction() as tx:
+            rows = await memory_store.page(
+                tx, tenant_id, user_id, memory_type=memory_type, after=after, limit=limit + 1
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = (
+            encode_cursor(rows[-1].created_at.isoformat(), str(rows[-1].id)) if more else None
+        )
+        return MemoryPage(items=[memory_out(r) for r in rows], next_cursor=next_cursor)
+
+    async def update(self, tenant_id: str, memory_id: uuid.UUID, body: MemoryPatch) -> MemoryOut:
+        fields = body.model_fields_set - {"user_id", "reason"}
+        for name in fields:
+            if getattr(body, name) is None:
+                raise InvalidInput(name, "may be omitted but not null")
+        now = datetime.now(UTC)
+        dense: list[float] | None = None
+        if body.content is not None:
+            dense = (await self.r.embedder.embed([body.content]))[0]
+        async with self.r.db.transaction() as tx:
+            row = await memory_store.get(tx, tenant_id, body.user_id, memory_id)
+            if row is None:
+                raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+            old: dict[str, Any] = {}
+            new: dict[str, Any] = {}
+            for name in sorted(fields):
+                attr = "metadata_" if name == "metadata" else name
+                before, after = getattr(row, attr), getattr(body, name)
+                if before != after:
+                    old[name], new[name] = before, after
+                    setattr(row, attr, after)
+            if not new:
+                return memory_out(row)
+            if "content" in new:
+                row.content_hash = content_hash(row.content)
+            row.updated_at = now
+            await tx.flush()
+            await memory_store.add_events(
+                tx, [_event(row, "updated", old, new, body.reason or "updated by API")]
+            )
+            if dense is not None:
+                point = VectorPoint(
+                    row.id, dense, terms.document_vector(row.content), _payload_of(row)
+                )
+                await self.r.vectors.upsert([point])
+            else:
+                await self.r.vectors.set_payload([(row.id, _payload_of(row))])
+        return memory_out(row)
+
+    async def delete(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:
+        """Soft delete: the row stays for the audit trail, the point leaves the index."""
+        now = datetime.now(UTC)
+        async with self.r.db.transaction() as tx:
+            row = await memory_store.get(tx, tenant_id, user_id, memory_id)
+            if row is None:
+                raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+            row.deleted_at = now
+            row.valid_to = now
+            row.updated_at = now
+            await tx.flush()
+            await memory_store.add_events(
+                tx, [_event(row, "deleted", {"content": row.content}, None, "deleted by API")]
+            )
+            await self.r.vectors.delete([row.id])
+
+    async def history(
+        self, tenant_id: str, user_id: str, memory_id: uuid.UUID, cursor: str | None, limit: int
+    ) -> MemoryEventPage:
+        after_id = None
+        if cursor:
+            parts = decode_cursor(cursor)
+            if not parts or not isinstance(parts[0], int):
+                raise InvalidInput("cursor", "is not a cursor this API returned")
+            after_id = parts[0]
+        async with self.r.db.transaction() as tx:
+            if not await memory_store.exists_any(tx, tenant_id, user_id, memory_id):
+                raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+            rows = await memory_store.events_page(
+                tx, tenant_id, memory_id, after_id=after_id, limit=limit + 1
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return MemoryEventPage(
+            items=[event_out(r) for r in rows],
+            next_cursor=encode_cursor(rows[-1].id) if more else None,
+        )
+
+
+__all__ = ["MemoryService", "epoch"]

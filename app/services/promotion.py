@@ -1,0 +1,309 @@
+"""Promotion (L2 → L3): new log messages become indexed episodic memories.
+
+The log and its watermarks are the queue. A pass leases sessions whose `last_seq` is ahead
+of `indexed_seq`, chunks the new messages, embeds them in batches off the event loop,
+writes the points (deterministic ids, so a replay overwrites rather than duplicates), then
+commits the memory rows, their audit events and the advanced watermark in one
+transaction, guarded by the lease. A near-duplicate of a memory the user already has is
+merged into it (its sources grow) instead of being stored twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from app.core import terms
+from app.core.chunking import Chunk, LogMessage, chunk_turns
+from app.resources import Resources
+from app.stores import memories as memory_store
+from app.stores import messages as message_store
+from app.stores import sessions as session_store
+from app.stores.sessions import Claim
+from app.stores.vectors import VectorPoint
+
+log = logging.getLogger("strata.promotion")
+
+_SPACE = re.compile(r"\s+")
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(_SPACE.sub(" ", text.strip().lower()).encode()).hexdigest()
+
+
+def epoch(dt: datetime) -> float:
+    return dt.timestamp()
+
+
+def memory_payload(
+    *,
+    tenant_id: str,
+    user_id: str,
+    session_id: str | None,
+    memory_type: str,
+    content: str,
+    importance: float,
+    sources: list[dict[str, Any]],
+    metadata: dict[str, Any],
+    created_at: datetime,
+    pinned: bool = False,
+    access_count: int = 0,
+    last_accessed_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The point payload: what recall filters on and returns without a database trip."""
+    return {
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "session_id": session_id or "",
+        "kind": "memory",
+        "memory_type": memory_type,
+        "content": content,
+        "importance": importance,
+        "pinned": int(pinned),
+        "access_count": access_count,
+        "created_at": epoch(created_at),
+        "last_accessed_at": epoch(last_accessed_at) if last_accessed_at else None,
+        "sources": sources,
+        "metadata": metadata,
+    }
+
+
+@dataclass(slots=True)
+class _Merge:
+    target: Any  # a Memory row, or the index of an earlier chunk of this batch
+    chunk: Chunk
+
+
+class Promoter:
+    def __init__(self, resources: Resources, owner: str) -> None:
+        self.r = resources
+        self.owner = owner
+        self.settings = resources.settings
+
+    def _lease_until(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
+
+    async def run_once(self, max_sessions: int = 8) -> int:
+        """One pass over the backlog; returns how many messages were promoted."""
+        async with self.r.db.transaction() as tx:
+            claims = await session_store.claim_backlog(
+                tx,
+                owner=self.owner,
+                now=datetime.now(UTC),
+                lease_until=self._lease_until(),
+                limit=max_sessions,
+            )
+        done = 0
+        for claim in claims:
+            try:
+                done += await self.promote(claim)
+            finally:
+                async with self.r.db.transaction() as tx:
+                    await session_store.release_lease(
+                        tx, tenant_id=claim.tenant_id, session_id=claim.session_id, owner=self.owner
+                    )
+        return done
+
+    async def promote(self, claim: Claim) -> int:
+        cursor = claim.indexed_seq
+        done = 0
+        context_turns = self.settings.chunk_context_turns
+        while cursor < claim.last_seq:
+            upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
+            # Earlier turns give the first new turns their context; system messages are
+            # skipped by the chunker, so read a little more than `context_turns`.
+            lookback = context_turns * 3 + 2 if context_turns else 0
+            async with self.r.db.transaction() as tx:
+                rows = await message_store.seq_range(
+                    tx,
+                    claim.tenant_id,
+                    claim.session_id,
+                    after_seq=max(0, cursor - lookback),
+                    upto_seq=upto,
+                )
+            log_messages = [
+                LogMessage(
+                    r.session_id, r.seq, r.client_id, r.role, r.content, r.created_at, r.metadata_
+                )
+                for r in rows
+            ]
+            context = [m for m in log_messages if m.seq <= cursor]
+            new = [m for m in log_messages if m.seq > cursor]
+            chunks = chunk_turns(claim.tenant_id, context, new, context_turns=context_turns)
+            if not await self._write(claim, chunks, cursor, upto):
+                log.info("lease on %s lost; another worker goes on", claim.session_id)
+                return done
+            done += len(new)
+            cursor = upto
+        return done
+
+    async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
+        tenant_id, user_id = claim.tenant_id, claim.user_id
+        dense = await self.r.embedder.embed([c.index_text for c in chunks]) if chunks else []
+        now = datetime.now(UTC)
+
+        # Near-duplicates: first within the batch, then against the user's memories.
+        merges: list[_Merge] = []
+        fresh: list[tuple[Chunk, list[float]]] = []
+        if chunks:
+            matrix = np.asarray(dense, dtype=np.float32)
+            neighbours = await self.r.vectors.nearest(
+                tenant_id, user_id, dense, self.settings.dedupe_threshold
+            )
+            existing_ids = [h.id for h in neighbours if h is not None]
+            async with self.r.db.transaction() as tx:
+                existing = {m.id: m for m in await memory_store.get_many(tx, existing_ids)}
+            kept_rows: list[int] = []
+            for i, chunk in enumerate(chunks):
+                if kept_rows:
+                    sims = matrix[kept_rows] @ matrix[i]
+                    j = int(np.argmax(sims))
+                    if sims[j] >= self.settings.dedupe_threshold:
+                        merges.append(_Merge(kept_rows[j], chunk))
+                        continue
+                hit = neighbours[i]
+                if hit is not None and hit.id in existing and hit.id != chunk.id:
+                    merges.append(_Merge(existing[hit.id], chunk))
+                    continue
+                kept_rows.append(i)
+                fresh.append((chunk, dense[i]))
+
+        # Fold batch-internal merges into the fresh chunk they duplicate.
+        extra_sources: dict[int, list[dict[str, Any]]] = {}
+        newest: dict[int, datetime] = {}
+        for merge in merges:
+            if isinstance(merge.target, int):
+                extra_sources.setdefault(merge.target, []).extend(merge.chunk.sources)
+                newest[merge.target] = max(
+                    newest.get(merge.target, merge.chunk.created_at), merge.chunk.created_at
+                )
+
+        rows: list[dict[str, Any]] = []
+        points: list[VectorPoint] = []
+        events: list[dict[str, Any]] = []
+        fresh_index = {id(chunk): row for row, (chunk, _) in zip(kept_rows, fresh, strict=True)}
+        for chunk, vector in fresh:
+            row_index = fresh_index[id(chunk)]
+            sources = chunk.sources + extra_sources.get(row_index, [])
+            created_at = max(chunk.created_at, newest.get(row_index, chunk.created_at))
+            row = {
+                "id": chunk.id,
+                "tenant_id": tenant_id,
+                "user_id": user_id,
+                "session_id": claim.session_id,
+                "memory_type": "episodic",
+                "content": chunk.content,
+                "importance": chunk.importance,
+                "access_count": 0,
+                "last_accessed_at": None,
+                "strength": 1.0,
+                "pinned": False,
+                "valid_from": created_at,
+                "sources": sources,
+                "metadata_": {},
+                "content_hash": content_hash(chunk.content),
+                "created_at": created_at,
+                "updated_at": now,
+            }
+            rows.append(row)
+            points.append(
+                VectorPoint(
+                    chunk.id,
+                    vector,
+                    terms.document_vector(chunk.index_text),
+                    memory_payload(
+                        tenant_id=tenant_id,
+                        user_id=user_id,
+                        session_id=claim.session_id,
+                        memory_type="episodic",
+                        content=chunk.content,
+                        importance=chunk.importance,
+                        sources=sources,
+                        metadata={},
+                        created_at=created_at,
+                    ),
+                )
+            )
+            events.append(
+                {
+                    "tenant_id": tenant_id,
+                    "user_id": user_id,
+                    "memory_id": chunk.id,
+                    "event": "created",
+                    "old_value": None,
+                    "new_value": {"content": chunk.content, "sources": sources},
+                    "reason": "promoted from the session log",
+                    "created_at": now,
+                }
+            )
+
+        # Merges into memories that already exist: grow their sources, move created_at.
+        payload_updates: list[tuple[Any, dict[str, Any]]] = []
+        merged_rows: dict[Any, Any] = {}
+        for merge in merges:
+            if isinstance(merge.target, int):
+                continue
+            target = merge.target
+            have = {(s["session_id"], s["seq"]) for s in target.sources}
+            add = [s for s in merge.chunk.sources if (s["session_id"], s["seq"]) not in have]
+            if not add:
+                continue
+            old = {"sources": list(target.sources), "created_at": target.created_at.isoformat()}
+            target.sources = [*target.sources, *add]
+            target.created_at = max(target.created_at, merge.chunk.created_at)
+            target.updated_at = now
+            merged_rows[target.id] = target
+            events.append(
+                {
+                    "tenant_id": tenant_id,
+                    "user_id": user_id,
+                    "memory_id": target.id,
+                    "event": "updated",
+                    "old_value": old,
+                    "new_value": {
+                        "sources": target.sources,
+                        "created_at": target.created_at.isoformat(),
+                    },
+                    "reason": "near-duplicate merged: " + merge.chunk.content[:200],
+                    "created_at": now,
+                }
+            )
+        for target in merged_rows.values():
+            payload_updates.append(
+                (target.id, {"sources": target.sources, "created_at": epoch(target.created_at)})
+            )
+
+        # Index first (idempotent), then the canonical rows and the watermark atomically.
+        await self.r.vectors.upsert(points)
+        await self.r.vectors.set_payload(payload_updates)
+        try:
+            async with self.r.db.transaction() as tx:
+                if not await session_store.advance_watermark(
+                    tx,
+                    tenant_id=tenant_id,
+                    session_id=claim.session_id,
+                    owner=self.owner,
+                    from_seq=from_seq,
+                    to_seq=to_seq,
+                    lease_until=self._lease_until(),
+                ):
+                    raise _LeaseLost
+                await memory_store.insert_many(tx, rows)
+                for target in merged_rows.values():
+                    await memory_store.save_merge(
+                        tx, target.id, sources=target.sources, created_at=target.created_at, now=now
+                    )
+                await memory_store.add_events(tx, events)
+        except _LeaseLost:
+            return False
+        return True
+
+
+class _LeaseLost(Exception):
+    """Rolls back a batch whose session another worker has taken over."""

@@ -1,0 +1,175 @@
+"""Recall: hybrid search in the index, then the composite score of DESIGN §4.1.
+
+Qdrant fuses the dense and sparse candidate lists (RRF); the fused score, normalised to
+[0, 1], is the `semantic` term. Recency and importance come from the point payload, so a
+recall costs one embedding, one index query and one small read (the user's highest
+access count); reinforcement is written after the answer, off the request's path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from app.core import scoring, terms
+from app.resources import Resources
+from app.schemas.common import Source
+from app.schemas.recall import RecallRequest, RecallResponse, RecallResult, Scores
+from app.stores import memories as memory_store
+from app.stores.vectors import VectorHit, VectorQuery
+
+log = logging.getLogger("strata.recall")
+
+
+def _dt(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
+
+
+class RecallService:
+    def __init__(self, resources: Resources) -> None:
+        self.r = resources
+        self.settings = resources.settings
+        self._background: set[asyncio.Task[None]] = set()
+
+    def default_weights(self) -> scoring.Weights:
+        s = self.settings
+        return scoring.Weights(s.weight_semantic, s.weight_recency, s.weight_importance)
+
+    async def recall(self, tenant_id: str, body: RecallRequest) -> RecallResponse:
+        start = time.perf_counter()
+        results = await self.search(
+            tenant_id,
+            body.user_id,
+            body.query,
+            top_k=body.top_k,
+            memory_types=list(body.memory_types) if body.memory_types else None,
+            kinds=list(body.kinds) if body.kinds else None,
+            created_from=body.time_range.from_ if body.time_range else None,
+            created_to=body.time_range.to if body.time_range else None,
+            metadata=body.metadata or {},
+            weights=scoring.Weights(
+                body.weights.semantic, body.weights.recency, body.weights.importance
+            )
+            if body.weights
+            else None,
+            as_of=body.as_of,
+        )
+        if body.reinforce and results:
+            self.reinforce_later(tenant_id, body.user_id, [r.id for r in results])
+        return RecallResponse(
+            query=body.query,
+            rewritten_query=None,
+            results=results,
+            took_ms=round((time.perf_counter() - start) * 1000, 3),
+        )
+
+    async def search(
+        self,
+        tenant_id: str,
+        user_id: str,
+        query: str,
+        *,
+        top_k: int,
+        memory_types: list[str] | None = None,
+        kinds: list[str] | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        metadata: dict[str, str | int | bool] | None = None,
+        weights: scoring.Weights | None = None,
+        as_of: datetime | None = None,
+    ) -> list[RecallResult]:
+        if kinds is not None and "memory" not in kinds:
+            return []  # summaries arrive with hierarchical summarisation
+        s = self.settings
+        upper = created_to
+        if as_of is not None:
+            upper = min(upper, as_of) if upper is not None else as_of
+        dense_task = asyncio.ensure_future(self.r.embedder.embed([query]))
+        async with self.r.db.transaction() as tx:
+            max_access = await memory_store.max_access_count(tx, tenant_id, user_id)
+        dense = (await dense_task)[0]
+        hits = await self.r.vectors.search(
+            VectorQuery(
+                tenant_id=tenant_id,
+                user_id=user_id,
+                dense=dense,
+                sparse=terms.query_vector(query),
+                limit=max(top_k, s.candidate_pool),
+                memory_types=memory_types,
+                kinds=kinds,
+                created_from=created_from.timestamp() if created_from else None,
+                created_to=upper.timestamp() if upper else None,
+                metadata=metadata or {},
+                dense_weight=s.dense_weight,
+                sparse_weight=s.sparse_weight,
+                rrf_k=s.rrf_k,
+            )
+        )
+        now = as_of or datetime.now(UTC)
+        scored = [
+            self._score(hit, now, max_access, weights or self.default_weights()) for hit in hits
+        ]
+        scored.sort(key=lambda r: r.score, reverse=True)
+        return scored[:top_k]
+
+    def _score(
+        self, hit: VectorHit, now: datetime, max_access: int, weights: scoring.Weights
+    ) -> RecallResult:
+        s = self.settings
+        p: dict[str, Any] = hit.payload
+        created_at = _dt(p["created_at"]) or now
+        last_accessed = _dt(p.get("last_accessed_at"))
+        semantic = scoring.semantic_from_rrf(hit.score, s.dense_weight, s.sparse_weight, s.rrf_k)
+        recency = scoring.recency(now, last_accessed or created_at, s.recency_lambda_per_day)
+        intrinsic = 1.0 if p.get("pinned") else float(p.get("importance", 0.5))
+        importance = scoring.importance(
+            intrinsic, int(p.get("access_count", 0)), max_access, s.importance_intrinsic_share
+        )
+        return RecallResult(
+            id=hit.id,
+            kind=p.get("kind", "memory"),
+            memory_type=p["memory_type"],
+            content=p["content"],
+            score=round(scoring.combine(weights, semantic, recency, importance), 6),
+            scores=Scores(
+                semantic=round(semantic, 6),
+                recency=round(recency, 6),
+                importance=round(importance, 6),
+            ),
+            created_at=created_at,
+            last_accessed_at=last_accessed,
+            access_count=int(p.get("access_count", 0)),
+            sources=[Source.model_validate(x) for x in p.get("sources", [])],
+            metadata=p.get("metadata") or {},
+        )
+
+    def reinforce_later(self, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]) -> None:
+        """Count the access after answering; a lost update only under-counts, never fails
+        the recall that caused it."""
+        task = asyncio.create_task(self._reinforce(tenant_id, user_id, list(ids)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _reinforce(self, tenant_id: str, user_id: str, ids: list[uuid.UUID]) -> None:
+        now = datetime.now(UTC)
+        try:
+            async with self.r.db.transaction() as tx:
+                counts = await memory_store.reinforce(tx, tenant_id, user_id, ids, now)
+            await self.r.vectors.set_payload(
+                [
+                    (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
+                    for mid, n in counts
+                ]
+            )
+        except Exception:
+            log.warning("reinforcement of %d memories failed", len(ids), exc_info=True)
+
+    async def drain(self) -> None:
+        """Finish pending reinforcement (shutdown, tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)

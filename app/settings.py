@@ -1,0 +1,98 @@
+"""The one settings object: every knob of the service, read from `STRATA_*` variables.
+
+Which stores run is derived from which URLs are set: with none set, Strata runs embedded
+(SQLite, Qdrant Edge, an in-process Redis stand-in and an in-process worker) under `data_dir`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STRATA_", env_file=".env", extra="ignore")
+
+    # Stores. None means the embedded stand-in for that store.
+    data_dir: Path = Path("./data")
+    database_url: SecretStr | None = Field(
+        default=None, description="postgresql+asyncpg://user:pass@host/db; unset: SQLite file"
+    )
+    redis_url: SecretStr | None = Field(default=None, description="redis://host:6379/0")
+    qdrant_url: str | None = Field(
+        default=None,
+        description="http://host:6333 for a server, ':memory:' or 'path:<dir>' for "
+        "qdrant-client local mode (tests only); unset: Qdrant Edge on disk",
+    )
+    qdrant_api_key: SecretStr | None = None
+    collection_prefix: str = "strata"
+    auto_migrate: bool = Field(default=True, description="run Alembic migrations at start")
+
+    # Access. With no key set the API is open and every caller is the default tenant.
+    api_key: SecretStr | None = None
+    default_tenant: str = "default"
+
+    # Worker.
+    worker_in_process: bool | None = Field(
+        default=None, description="run the promotion worker inside the api; default: embedded"
+    )
+    worker_batch_messages: int = Field(default=500, ge=1, le=5000)
+    worker_lease_seconds: float = Field(default=30.0, gt=0)
+    worker_poll_seconds: float = Field(default=1.0, gt=0)
+    wait_timeout_seconds: float = Field(default=60.0, gt=0)
+
+    # Buffer (L2).
+    buffer_window: int = Field(default=100, ge=1, le=10_000)
+    buffer_ttl_seconds: int = Field(default=6 * 3600, ge=60)
+
+    # Embeddings.
+    embedder: Literal["use-m3", "openai"] = "use-m3"
+    embedding_url: str | None = None
+    embedding_model: str = "text-embedding-3-small"
+    embedding_dim: int = 1536
+    embedding_api_key: SecretStr | None = None
+    embedding_timeout_seconds: float = 30.0
+
+    # Promotion.
+    chunk_context_turns: int = Field(
+        default=1, ge=0, le=4, description="previous turns indexed with each turn"
+    )
+    dedupe_threshold: float = Field(default=0.97, gt=0, le=1)
+
+    # Recall scoring (DESIGN §4.1); defaults from the LoCoMo benchmark.
+    weight_semantic: float = Field(default=0.9, ge=0)
+    weight_recency: float = Field(default=0.05, ge=0)
+    weight_importance: float = Field(default=0.05, ge=0)
+    recency_lambda_per_day: float = Field(default=0.01, ge=0)
+    importance_intrinsic_share: float = Field(default=0.7, ge=0, le=1)
+    rrf_k: int = Field(default=60, ge=1)
+    dense_weight: float = Field(default=1.0, ge=0)
+    sparse_weight: float = Field(default=1.0, ge=0)
+    candidate_pool: int = Field(default=100, ge=1, le=1000)
+
+    # Context.
+    tokenizer: Literal["o200k_base", "cl100k_base"] = "o200k_base"
+
+    @cached_property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "strata.db"
+
+    @property
+    def database_dsn(self) -> str:
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        return f"sqlite+aiosqlite:///{self.sqlite_path}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_dsn.startswith("sqlite")
+
+    @property
+    def run_worker_in_process(self) -> bool:
+        if self.worker_in_process is not None:
+            return self.worker_in_process
+        return self.is_sqlite

@@ -1,0 +1,106 @@
+"""The short-term buffer (L2): each session's recent window of messages, in Redis.
+
+The window is a sorted set scored by `seq`, so concurrent ingests that push out of order
+still read back in order, and a replayed push is a no-op. Keys are hash-tagged per
+session (`{tenant:session}`) for Redis Cluster. Losing Redis loses nothing: the window is
+rebuilt from the message log when it is missing or behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+WAKE_CHANNEL = "strata:wake"
+
+
+def _window_key(tenant_id: str, session_id: str) -> str:
+    return f"strata:{{{tenant_id}:{session_id}}}:window"
+
+
+class Buffer:
+    def __init__(self, redis: Redis, *, window: int, ttl_seconds: int) -> None:
+        self.redis = redis
+        self.window = window
+        self.ttl = ttl_seconds
+
+    async def push(
+        self, tenant_id: str, session_id: str, messages: Sequence[dict[str, Any]]
+    ) -> None:
+        """Add messages (each with `seq`), keep the newest `window`, refresh the TTL."""
+        if not messages:
+            return
+        key = _window_key(tenant_id, session_id)
+        mapping: dict[bytes, float] = {orjson.dumps(m): m["seq"] for m in messages[-self.window :]}
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(key, mapping)
+            pipe.zremrangebyrank(key, 0, -(self.window + 1))
+            pipe.expire(key, self.ttl)
+            await pipe.execute()
+
+    async def replace(
+        self, tenant_id: str, session_id: str, messages: Sequence[dict[str, Any]]
+    ) -> None:
+        """Rebuild the window from the log."""
+        key = _window_key(tenant_id, session_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            if messages:
+                pipe.zadd(key, {orjson.dumps(m): m["seq"] for m in messages[-self.window :]})
+                pipe.expire(key, self.ttl)
+            await pipe.execute()
+
+    async def recent(self, tenant_id: str, session_id: str, n: int) -> list[dict[str, Any]]:
+        """Up to `n` newest messages, oldest first; refreshes the TTL (activity)."""
+        key = _window_key(tenant_id, session_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrange(key, -n, -1)
+            pipe.expire(key, self.ttl)
+            raw, _ = await pipe.execute()
+        return [orjson.loads(item) for item in raw]
+
+    async def drop(self, tenant_id: str, session_id: str) -> None:
+        await self.redis.delete(_window_key(tenant_id, session_id))
+
+    async def wake_workers(self) -> None:
+        await self.redis.publish(WAKE_CHANNEL, b"1")
+
+    def wake_listener(self) -> WakeListener:
+        return WakeListener(self.redis)
+
+    async def ping(self) -> float:
+        start = time.perf_counter()
+        await self.redis.ping()
+        return (time.perf_counter() - start) * 1000
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+class WakeListener:
+    """A worker's standing subscription to ingest wake-ups."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._pubsub = redis.pubsub()
+        self._subscribed = False
+
+    async def wait(self, timeout: float) -> None:
+        """Return on the next wake-up or after `timeout`; a missed wake only delays work."""
+        if not self._subscribed:
+            await self._pubsub.subscribe(WAKE_CHANNEL)
+            self._subscribed = True
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            msg = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+            if msg is not None:
+                # Drain the burst so that N wakes cost one pass.
+                while await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
+                    pass
+                return
+
+    async def close(self) -> None:
+        await self._pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -1,0 +1,221 @@
+"""Queries on long-term memories and their audit trail."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.stores.models import Memory, MemoryEvent, User
+from app.stores.sessions import _insert
+
+_CHUNK = 400
+
+
+async def get(
+    tx: AsyncSession, tenant_id: str, user_id: str, memory_id: uuid.UUID
+) -> Memory | None:
+    stmt = sa.select(Memory).where(
+        Memory.id == memory_id,
+        Memory.tenant_id == tenant_id,
+        Memory.user_id == user_id,
+        Memory.deleted_at.is_(None),
+    )
+    return (await tx.execute(stmt)).scalar_one_or_none()
+
+
+async def exists_any(tx: AsyncSession, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> bool:
+    """True also for a deleted memory: its history stays readable."""
+    stmt = sa.select(Memory.id).where(
+        Memory.id == memory_id, Memory.tenant_id == tenant_id, Memory.user_id == user_id
+    )
+    return (await tx.execute(stmt)).first() is not None
+
+
+async def get_many(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:
+    rows: list[Memory] = []
+    for start in range(0, len(ids), _CHUNK):
+        stmt = sa.select(Memory).where(Memory.id.in_(ids[start : start + _CHUNK]))
+        rows.extend((await tx.execute(stmt)).scalars().all())
+    return rows
+
+
+async def by_hashes(
+    tx: AsyncSession, tenant_id: str, user_id: str, hashes: Sequence[str]
+) -> dict[str, Memory]:
+    found: dict[str, Memory] = {}
+    for start in range(0, len(hashes), _CHUNK):
+        stmt = sa.select(Memory).where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.content_hash.in_(hashes[start : start + _CHUNK]),
+            Memory.deleted_at.is_(None),
+        )
+        for row in (await tx.execute(stmt)).scalars():
+            found.setdefault(row.content_hash, row)
+    return found
+
+
+async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
+    """Insert memories, skipping ids already present: a re-run writes nothing twice."""
+    for start in range(0, len(rows), _CHUNK):
+        stmt = _insert(tx, Memory).values(rows[start : start + _CHUNK])
+        await tx.execute(stmt.on_conflict_do_nothing(index_elements=["id"]))
+
+
+async def add(tx: AsyncSession, row: Memory) -> None:
+    tx.add(row)
+    await tx.flush()
+
+
+async def add_events(tx: AsyncSession, events: list[dict[str, Any]]) -> None:
+    if events:
+        for start in range(0, len(events), _CHUNK):
+            await tx.execute(sa.insert(MemoryEvent), events[start : start + _CHUNK])
+
+
+async def page(
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    *,
+    memory_type: str | None,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[Memory]:
+    """Newest first, keyset-paginated on (created_at, id)."""
+    stmt = sa.select(Memory).where(
+        Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.deleted_at.is_(None)
+    )
+    if memory_type is not None:
+        stmt = stmt.where(Memory.memory_type == memory_type)
+    if after is not None:
+        created_at, memory_id = after
+        stmt = stmt.where(
+            sa.or_(
+                Memory.created_at < created_at,
+                sa.and_(Memory.created_at == created_at, Memory.id < memory_id),
+            )
+        )
+    stmt = stmt.order_by(Memory.created_at.desc(), Memory.id.desc()).limit(limit)
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def events_page(
+    tx: AsyncSession, tenant_id: str, memory_id: uuid.UUID, *, after_id: int | None, limit: int
+) -> list[MemoryEvent]:
+    stmt = sa.select(MemoryEvent).where(
+        MemoryEvent.tenant_id == tenant_id, MemoryEvent.memory_id == memory_id
+    )
+    if after_id is not None:
+        stmt = stmt.where(MemoryEvent.id > after_id)
+    stmt = stmt.order_by(MemoryEvent.id).limit(limit)
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def of_session(tx: AsyncSession, tenant_id: str, session_id: str) -> list[Memory]:
+    stmt = sa.select(Memory).where(
+        Memory.tenant_id == tenant_id,
+        Memory.session_id == session_id,
+        Memory.deleted_at.is_(None),
+    )
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def max_access_count(tx: AsyncSession, tenant_id: str, user_id: str) -> int:
+    stmt = sa.select(User.max_access_count).where(User.tenant_id == tenant_id, User.id == user_id)
+    return int((await tx.execute(stmt)).scalar_one_or_none() or 0)
+
+
+async def reinforce(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID], now: datetime
+) -> list[tuple[uuid.UUID, int]]:
+    """Count one access on each memory; returns the new access counts."""
+    if not ids:
+        return []
+    result = await tx.execute(
+        sa.update(Memory)
+        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id.in_(ids))
+        .values(
+            access_count=Memory.access_count + 1,
+            last_accessed_at=now,
+            strength=Memory.strength + 1.0,
+        )
+        .returning(Memory.id, Memory.access_count)
+    )
+    counts = [(row[0], int(row[1])) for row in result.all()]
+    if counts:
+        top = max(c for _, c in counts)
+        await tx.execute(
+            sa.update(User)
+            .where(User.tenant_id == tenant_id, User.id == user_id, User.max_access_count < top)
+            .values(max_access_count=top)
+        )
+    return counts
+
+
+def _mentions_session(tx: AsyncSession, session_id: str) -> sa.ColumnElement[bool]:
+    """Memories whose `sources` name the session (merged duplicates may name several)."""
+    dialect = tx.bind.dialect.name if tx.bind is not None else "postgresql"
+    if dialect == "postgresql":
+        return Memory.sources.op("@>")(sa.cast([{"session_id": session_id}], JSONB))
+    each = sa.func.json_each(Memory.sources).table_valued("value").alias("src")
+    return sa.exists(
+        sa.select(1)
+        .select_from(each)
+        .where(sa.func.json_extract(each.c.value, "$.session_id") == session_id)
+    )
+
+
+async def detach_session(
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, now: datetime
+) -> tuple[list[uuid.UUID], list[tuple[uuid.UUID, dict[str, Any]]]]:
+    """Forget what was derived from a session: memories sourced only from it are deleted;
+    those also sourced elsewhere lose this session's sources. Returns (deleted ids,
+    (id, payload) updates for the index)."""
+    stmt = sa.select(Memory).where(
+        Memory.tenant_id == tenant_id,
+        Memory.user_id == user_id,
+        Memory.deleted_at.is_(None),
+        sa.or_(Memory.session_id == session_id, _mentions_session(tx, session_id)),
+    )
+    gone: list[uuid.UUID] = []
+    kept: list[tuple[uuid.UUID, dict[str, Any]]] = []
+    for row in (await tx.execute(stmt)).scalars():
+        remaining = [s for s in row.sources if s.get("session_id") != session_id]
+        if remaining:
+            row.sources = remaining
+            if row.session_id == session_id:
+                row.session_id = remaining[0]["session_id"]
+            row.updated_at = now
+            kept.append((row.id, {"sources": remaining, "session_id": row.session_id}))
+            continue
+        gone.append(row.id)
+    if gone:
+        # Erasure, not a soft delete: the audit trail goes with the content it quotes.
+        for start in range(0, len(gone), _CHUNK):
+            ids = gone[start : start + _CHUNK]
+            await tx.execute(sa.delete(MemoryEvent).where(MemoryEvent.memory_id.in_(ids)))
+            await tx.execute(sa.delete(Memory).where(Memory.id.in_(ids)))
+    await tx.flush()
+    return gone, kept
+
+
+async def save_merge(
+    tx: AsyncSession,
+    memory_id: uuid.UUID,
+    *,
+    sources: list[dict[str, Any]],
+    created_at: datetime,
+    now: datetime,
+) -> None:
+    await tx.execute(
+        sa.update(Memory)
+        .where(Memory.id == memory_id)
+        .values(sources=sources, created_at=created_at, updated_at=now)
+    )

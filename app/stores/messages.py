@@ -1,0 +1,74 @@
+"""Queries on the message log: the durable record of every accepted message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.stores.models import Message
+
+# SQLite's default limit is 32,766 bound parameters; 10 columns a row keeps inserts under it.
+_INSERT_CHUNK = 500
+
+
+async def existing_client_ids(
+    tx: AsyncSession, tenant_id: str, session_id: str, client_ids: Sequence[str]
+) -> set[str]:
+    if not client_ids:
+        return set()
+    found: set[str] = set()
+    for start in range(0, len(client_ids), _INSERT_CHUNK):
+        chunk = client_ids[start : start + _INSERT_CHUNK]
+        result = await tx.execute(
+            sa.select(Message.client_id).where(
+                Message.tenant_id == tenant_id,
+                Message.session_id == session_id,
+                Message.client_id.in_(chunk),
+            )
+        )
+        found.update(cid for cid in result.scalars() if cid is not None)
+    return found
+
+
+async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
+    for start in range(0, len(rows), _INSERT_CHUNK):
+        await tx.execute(sa.insert(Message), rows[start : start + _INSERT_CHUNK])
+
+
+async def page(
+    tx: AsyncSession, tenant_id: str, session_id: str, *, before_seq: int | None, limit: int
+) -> list[Message]:
+    """The `limit` newest messages before `before_seq`, returned oldest first."""
+    stmt = sa.select(Message).where(
+        Message.tenant_id == tenant_id, Message.session_id == session_id
+    )
+    if before_seq is not None:
+        stmt = stmt.where(Message.seq < before_seq)
+    rows = (await tx.execute(stmt.order_by(Message.seq.desc()).limit(limit))).scalars().all()
+    return list(reversed(rows))
+
+
+async def seq_range(
+    tx: AsyncSession, tenant_id: str, session_id: str, *, after_seq: int, upto_seq: int
+) -> list[Message]:
+    stmt = (
+        sa.select(Message)
+        .where(
+            Message.tenant_id == tenant_id,
+            Message.session_id == session_id,
+            Message.seq > after_seq,
+            Message.seq <= upto_seq,
+        )
+        .order_by(Message.seq)
+    )
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def delete_session(tx: AsyncSession, tenant_id: str, session_id: str) -> int:
+    result = await tx.execute(
+        sa.delete(Message).where(Message.tenant_id == tenant_id, Message.session_id == session_id)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]

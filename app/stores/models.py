@@ -1,0 +1,170 @@
+"""SQLAlchemy models of the canonical store (PostgreSQL, or SQLite when embedded).
+
+Every row is scoped by `tenant_id`. Times are stored as UTC; `UTCDateTime` keeps them
+timezone-aware on SQLite too, so the rest of the code never sees a naive datetime.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out, on every backend."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONType = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+BigID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(256))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    key_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    profile: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    max_access_count: Mapped[int] = mapped_column(sa.Integer(), default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Session(Base):
+    __tablename__ = "sessions"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    system_prompt: Mapped[str | None] = mapped_column(sa.Text())
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    last_seq: Mapped[int] = mapped_column(sa.BigInteger(), default=0)
+    indexed_seq: Mapped[int] = mapped_column(sa.BigInteger(), default=0)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(128))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.Index("ix_sessions_tenant_user", "tenant_id", "user_id"),
+        sa.Index("ix_sessions_pending", "last_seq", "indexed_seq"),
+    )
+
+
+class Message(Base):
+    __tablename__ = "messages"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    session_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    seq: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True)
+    client_id: Mapped[str | None] = mapped_column(sa.String(128))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    role: Mapped[str] = mapped_column(sa.String(16))
+    content: Mapped[str] = mapped_column(sa.Text())
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "session_id", "client_id"),
+        sa.ForeignKeyConstraint(
+            ["tenant_id", "session_id"], ["sessions.tenant_id", "sessions.id"], ondelete="CASCADE"
+        ),
+    )
+
+
+class Memory(Base):
+    __tablename__ = "memories"
+
+    id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(128))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    session_id: Mapped[str | None] = mapped_column(sa.String(128))
+    memory_type: Mapped[str] = mapped_column(sa.String(16))
+    content: Mapped[str] = mapped_column(sa.Text())
+    importance: Mapped[float] = mapped_column(sa.Float())
+    access_count: Mapped[int] = mapped_column(sa.Integer(), default=0)
+    last_accessed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    strength: Mapped[float] = mapped_column(sa.Float(), default=1.0)
+    pinned: Mapped[bool] = mapped_column(sa.Boolean(), default=False)
+    valid_from: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    valid_to: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    superseded_by: Mapped[uuid.UUID | None] = mapped_column(sa.Uuid())
+    sources: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    content_hash: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.Index("ix_memories_user_created", "tenant_id", "user_id", "created_at"),
+        sa.Index("ix_memories_user_hash", "tenant_id", "user_id", "content_hash"),
+        sa.Index("ix_memories_session", "tenant_id", "session_id"),
+    )
+
+
+class MemoryEvent(Base):
+    __tablename__ = "memory_events"
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(128))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    memory_id: Mapped[uuid.UUID] = mapped_column(sa.Uuid())
+    event: Mapped[str] = mapped_column(sa.String(16))
+    old_value: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    new_value: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    reason: Mapped[str | None] = mapped_column(sa.Text())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (sa.Index("ix_memory_events_memory", "tenant_id", "memory_id", "id"),)

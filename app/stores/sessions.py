@@ -1,0 +1,169 @@
+"""Queries on users and sessions, including the worker's lease on a session's backlog."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.stores.models import Session, User
+
+
+def _insert(session: AsyncSession, table: Any) -> Any:
+    """A dialect INSERT, so that ON CONFLICT clauses work on PostgreSQL and SQLite alike."""
+    dialect = session.bind.dialect.name if session.bind is not None else "postgresql"
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+
+
+async def ensure_user(tx: AsyncSession, tenant_id: str, user_id: str, now: datetime) -> None:
+    stmt = _insert(tx, User).values(
+        tenant_id=tenant_id, id=user_id, profile={}, max_access_count=0, created_at=now
+    )
+    await tx.execute(stmt.on_conflict_do_nothing(index_elements=["tenant_id", "id"]))
+
+
+async def get(
+    tx: AsyncSession, tenant_id: str, session_id: str, *, for_update: bool = False
+) -> Session | None:
+    stmt = sa.select(Session).where(Session.tenant_id == tenant_id, Session.id == session_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    return (await tx.execute(stmt)).scalar_one_or_none()
+
+
+async def create(
+    tx: AsyncSession,
+    *,
+    tenant_id: str,
+    session_id: str,
+    user_id: str,
+    system_prompt: str | None,
+    metadata: dict[str, Any],
+    now: datetime,
+) -> Session:
+    row = Session(
+        tenant_id=tenant_id,
+        id=session_id,
+        user_id=user_id,
+        system_prompt=system_prompt,
+        metadata_=metadata,
+        last_seq=0,
+        indexed_seq=0,
+        created_at=now,
+        updated_at=now,
+    )
+    tx.add(row)
+    await tx.flush()
+    return row
+
+
+async def delete(tx: AsyncSession, tenant_id: str, session_id: str) -> None:
+    await tx.execute(
+        sa.delete(Session).where(Session.tenant_id == tenant_id, Session.id == session_id)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    tenant_id: str
+    session_id: str
+    user_id: str
+    indexed_seq: int
+    last_seq: int
+
+
+async def claim_backlog(
+    tx: AsyncSession, *, owner: str, now: datetime, lease_until: datetime, limit: int
+) -> list[Claim]:
+    """Lease up to `limit` sessions whose log is ahead of their index.
+
+    SKIP LOCKED lets N workers share the backlog without waiting on one another; an expired
+    lease (a crashed worker) is taken over. SQLite ignores the locking clause, and needs none:
+    the embedded mode has one worker and serialised writes.
+    """
+    pending = (
+        sa.select(Session.tenant_id, Session.id)
+        .where(
+            Session.last_seq > Session.indexed_seq,
+            sa.or_(
+                Session.lease_expires_at.is_(None),
+                Session.lease_expires_at < now,
+                Session.lease_owner == owner,
+            ),
+        )
+        .order_by(Session.updated_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    keys = (await tx.execute(pending)).all()
+    claims: list[Claim] = []
+    for tenant_id, session_id in keys:
+        result = await tx.execute(
+            sa.update(Session)
+            .where(Session.tenant_id == tenant_id, Session.id == session_id)
+            .values(lease_owner=owner, lease_expires_at=lease_until)
+            .returning(Session.user_id, Session.indexed_seq, Session.last_seq)
+        )
+        user_id, indexed_seq, last_seq = result.one()
+        claims.append(Claim(tenant_id, session_id, user_id, indexed_seq, last_seq))
+    return claims
+
+
+async def advance_watermark(
+    tx: AsyncSession,
+    *,
+    tenant_id: str,
+    session_id: str,
+    owner: str,
+    from_seq: int,
+    to_seq: int,
+    lease_until: datetime,
+) -> bool:
+    """Move `indexed_seq` forward if we still hold the lease and nobody moved it meanwhile.
+
+    Returns False when the lease was lost: the caller's transaction must then roll back,
+    so that rows written under a lost lease are never committed twice.
+    """
+    result = await tx.execute(
+        sa.update(Session)
+        .where(
+            Session.tenant_id == tenant_id,
+            Session.id == session_id,
+            Session.lease_owner == owner,
+            Session.indexed_seq == from_seq,
+        )
+        .values(indexed_seq=to_seq, lease_expires_at=lease_until)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def release_lease(tx: AsyncSession, *, tenant_id: str, session_id: str, owner: str) -> None:
+    await tx.execute(
+        sa.update(Session)
+        .where(
+            Session.tenant_id == tenant_id,
+            Session.id == session_id,
+            Session.lease_owner == owner,
+        )
+        .values(lease_owner=None, lease_expires_at=None)
+    )
+
+
+async def indexed_seq(tx: AsyncSession, tenant_id: str, session_id: str) -> int | None:
+    result = await tx.execute(
+        sa.select(Session.indexed_seq).where(
+            Session.tenant_id == tenant_id, Session.id == session_id
+        )
+    )
+    return result.scalar_one_or_none()
+
+
+async def backlog_exists(tx: AsyncSession) -> bool:
+    result = await tx.execute(
+        sa.select(sa.literal(1)).where(Session.last_seq > Session.indexed_seq).limit(1)
+    )
+    return result.first() is not None

@@ -1,0 +1,66 @@
+"""The promotion worker: `python -m app.worker` (full stack), or a task inside the api
+(embedded). Both run `run_worker` on resources from the same factory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+
+from app.resources import Resources, open_resources
+from app.services.promotion import Promoter
+from app.settings import Settings
+
+log = logging.getLogger("strata.worker")
+
+
+async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
+    """Promote until `stop` is set: a pass after every wake-up, and one per poll interval
+    (a missed wake-up only delays work). Errors are logged and retried, never fatal."""
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    promoter = Promoter(resources, owner)
+    listener = resources.buffer.wake_listener()
+    poll = resources.settings.worker_poll_seconds
+    log.info("worker %s started", owner)
+    try:
+        while not stop.is_set():
+            try:
+                done = await promoter.run_once()
+            except Exception:
+                log.exception("promotion pass failed; retrying")
+                done = 0
+                await _sleep_or_stop(stop, poll)
+            if done == 0 and not stop.is_set():
+                waiter = asyncio.ensure_future(listener.wait(poll))
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (waiter, stopper):
+                    task.cancel()
+                await asyncio.gather(waiter, stopper, return_exceptions=True)
+    finally:
+        await listener.close()
+        log.info("worker %s stopped", owner)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with open_resources(settings) as resources:
+        await run_worker(resources, stop)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
