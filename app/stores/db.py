@@ -27,11 +27,15 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
 
 
+def _ensure_sqlite_dir(dsn: str) -> None:
+    path = dsn.split("///", 1)[1] if "///" in dsn else ""
+    if dsn.startswith("sqlite") and path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
 def create_engine(dsn: str) -> AsyncEngine:
     if dsn.startswith("sqlite"):
-        path = dsn.split("///", 1)[1] if "///" in dsn else ""
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _ensure_sqlite_dir(dsn)
         engine = create_async_engine(dsn, connect_args={"timeout": 30})
         _tune_sqlite(engine)
         return engine
@@ -68,6 +72,7 @@ def alembic_config(dsn: str) -> Config:
 
 async def migrate(dsn: str, revision: str = "head") -> None:
     """Upgrade the schema; Alembic's env runs its own event loop, so it gets a thread."""
+    _ensure_sqlite_dir(dsn)
     await asyncio.to_thread(command.upgrade, alembic_config(dsn), revision)
 
 
