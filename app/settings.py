@@ -58,9 +58,13 @@ class Settings(BaseSettings):
     embedding_timeout_seconds: float = 30.0
 
     # Promotion.
-    chunk_context_turns: int = Field(
-        default=1, ge=0, le=4, description="previous turns indexed with each turn"
+    dense_context_turns: int = Field(
+        default=1, ge=0, le=4, description="previous turns embedded with each turn"
     )
+    sparse_context_turns: int = Field(
+        default=2, ge=0, le=4, description="previous turns in each turn's term vector"
+    )
+    sparse_context_weight: float = Field(default=0.5, ge=0, le=1)
     dedupe_threshold: float = Field(default=0.97, gt=0, le=1)
 
     # Recall scoring (DESIGN §4.1); defaults from the LoCoMo benchmark.
@@ -69,9 +73,9 @@ class Settings(BaseSettings):
     weight_importance: float = Field(default=0.05, ge=0)
     recency_lambda_per_day: float = Field(default=0.01, ge=0)
     importance_intrinsic_share: float = Field(default=0.7, ge=0, le=1)
-    rrf_k: int = Field(default=60, ge=1)
-    dense_weight: float = Field(default=1.0, ge=0)
-    sparse_weight: float = Field(default=1.0, ge=0)
+    rrf_k: int = Field(default=10, ge=1)
+    dense_weight: float = Field(default=0.3, gt=0)
+    sparse_weight: float = Field(default=1.0, gt=0)
     candidate_pool: int = Field(default=100, ge=1, le=1000)
 
     # Context.

@@ -22,7 +22,7 @@ async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
     """Promote until `stop` is set: a pass after every wake-up, and one per poll interval
     (a missed wake-up only delays work). Errors are logged and retried, never fatal."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    promoter = Promoter(resources, owner)
+    promoter = Promoter(resources, owner, stop)
     listener = resources.buffer.wake_listener()
     poll = resources.settings.worker_poll_seconds
     log.info("worker %s started", owner)

@@ -1,10 +1,12 @@
 """Turning log messages into episodic memories (promotion's chunking policy).
 
-Policy: one memory per turn. Its `content` and `sources` are that turn alone, so a result
-never claims messages it does not show; the text that gets *indexed* also carries the
-previous `context_turns` turns of the session, because a reply ("yes, last Tuesday") is
-found by what it answers. Only earlier turns are used, so a memory never changes when
-later messages arrive and ids stay deterministic across batch boundaries.
+Policy (measured on LoCoMo, see bench/README.md): one memory per turn. Its `content` and
+`sources` are that turn alone, so a result never claims messages it does not show; what
+gets *indexed* also carries the turns just before it in the session, because a reply ("yes,
+last Tuesday") is found by what it answers: the dense text holds the previous
+`dense_context` turns, the sparse vector the previous `sparse_context` turns at a lower
+weight. Only earlier turns are used, so a memory never changes when later messages arrive
+and ids stay deterministic across batch boundaries.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class LogMessage:
 class Chunk:
     id: uuid.UUID
     content: str
-    index_text: str
+    dense_text: str
+    sparse_context: list[str]
     sources: list[dict[str, Any]]
     created_at: datetime
     importance: float
@@ -68,7 +71,8 @@ def chunk_turns(
     context: Sequence[LogMessage],
     new: Sequence[LogMessage],
     *,
-    context_turns: int,
+    dense_context: int,
+    sparse_context: int,
 ) -> list[Chunk]:
     """Chunks for `new` messages; `context` holds the turns just before them (may be empty)."""
     history = [m for m in context if m.role in INDEXED_ROLES]
@@ -76,13 +80,14 @@ def chunk_turns(
     for message in new:
         if message.role not in INDEXED_ROLES:
             continue
-        before = history[-context_turns:] if context_turns else []
-        index_text = "\n".join([*(m.line for m in before), message.line])
+        dense_before = history[-dense_context:] if dense_context else []
+        sparse_before = history[-sparse_context:] if sparse_context else []
         chunks.append(
             Chunk(
                 id=memory_id(tenant_id, message.session_id, message.seq),
                 content=message.line,
-                index_text=index_text,
+                dense_text="\n".join([*(m.line for m in dense_before), message.line]),
+                sparse_context=[m.line for m in sparse_before],
                 sources=[source_of(message)],
                 created_at=message.created_at,
                 importance=heuristic_importance(message.content),

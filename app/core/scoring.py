@@ -45,8 +45,12 @@ def importance(intrinsic: float, access_count: int, max_access_count: int, share
 
 
 def semantic_from_rrf(score: float, dense_weight: float, sparse_weight: float, k: int) -> float:
-    """Normalise a weighted RRF score by the best one possible (rank one in every list)."""
-    best = (dense_weight + sparse_weight) / k
+    """Normalise a fused score by the best one possible: rank one in every list.
+
+    Qdrant's weighted RRF scales the rank, not the score: a list of weight `w` adds
+    `1 / (k - 1 + rank / w)` (rank from 1), so rank one is worth `1 / (k - 1 + 1 / w)`.
+    """
+    best = sum(1.0 / (k - 1 + 1.0 / w) for w in (dense_weight, sparse_weight) if w > 0)
     return _unit(score / best) if best > 0 else 0.0
 
 

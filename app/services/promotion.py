@@ -10,6 +10,7 @@ merged into it (its sources grow) instead of being stored twice.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -81,10 +82,11 @@ class _Merge:
 
 
 class Promoter:
-    def __init__(self, resources: Resources, owner: str) -> None:
+    def __init__(self, resources: Resources, owner: str, stop: asyncio.Event | None = None) -> None:
         self.r = resources
         self.owner = owner
         self.settings = resources.settings
+        self.stop = stop or asyncio.Event()
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
@@ -113,8 +115,8 @@ class Promoter:
     async def promote(self, claim: Claim) -> int:
         cursor = claim.indexed_seq
         done = 0
-        context_turns = self.settings.chunk_context_turns
-        while cursor < claim.last_seq:
+        context_turns = max(self.settings.dense_context_turns, self.settings.sparse_context_turns)
+        while cursor < claim.last_seq and not self.stop.is_set():
             upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
             # Earlier turns give the first new turns their context; system messages are
             # skipped by the chunker, so read a little more than `context_turns`.
@@ -135,7 +137,13 @@ class Promoter:
             ]
             context = [m for m in log_messages if m.seq <= cursor]
             new = [m for m in log_messages if m.seq > cursor]
-            chunks = chunk_turns(claim.tenant_id, context, new, context_turns=context_turns)
+            chunks = chunk_turns(
+                claim.tenant_id,
+                context,
+                new,
+                dense_context=self.settings.dense_context_turns,
+                sparse_context=self.settings.sparse_context_turns,
+            )
             if not await self._write(claim, chunks, cursor, upto):
                 log.info("lease on %s lost; another worker goes on", claim.session_id)
                 return done
@@ -145,7 +153,7 @@ class Promoter:
 
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
         tenant_id, user_id = claim.tenant_id, claim.user_id
-        dense = await self.r.embedder.embed([c.index_text for c in chunks]) if chunks else []
+        dense = await self.r.embedder.embed([c.dense_text for c in chunks]) if chunks else []
         now = datetime.now(UTC)
 
         # Near-duplicates: first within the batch, then against the user's memories.
@@ -216,7 +224,9 @@ class Promoter:
                 VectorPoint(
                     chunk.id,
                     vector,
-                    terms.document_vector(chunk.index_text),
+                    terms.document_vector(
+                        chunk.content, chunk.sparse_context, self.settings.sparse_context_weight
+                    ),
                     memory_payload(
                         tenant_id=tenant_id,
                         user_id=user_id,
@@ -294,12 +304,15 @@ class Promoter:
                     lease_until=self._lease_until(),
                 ):
                     raise _LeaseLost
-                await memory_store.insert_many(tx, rows)
+                inserted = await memory_store.insert_many(tx, rows)
                 for target in merged_rows.values():
                     await memory_store.save_merge(
                         tx, target.id, sources=target.sources, created_at=target.created_at, now=now
                     )
-                await memory_store.add_events(tx, events)
+                # A replayed batch re-inserts nothing, so it must not re-log "created" either.
+                await memory_store.add_events(
+                    tx, [e for e in events if e["event"] != "created" or e["memory_id"] in inserted]
+                )
         except _LeaseLost:
             return False
         return True

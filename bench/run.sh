@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Benchmarks of DESIGN §7 and LoCoMo against the embedded server: `make bench LOCOMO=/path`.
+#
+#   bench/run.sh [path/to/locomo10.json]       (or LOCOMO=path bench/run.sh)
+#
+# Each benchmark gets its own server process on a free 127.0.0.1 port with a fresh temporary
+# data dir, so one benchmark's data and warm caches never colour the other's. Results (JSON, the
+# printed report and the server log) go to bench/results/, which is gitignored.
+# Extra arguments: LATENCY_ARGS="--memories 5000" LOCOMO_ARGS="--conversations 2".
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+[[ -x "$PY" ]] || PY="$(command -v python3)"
+LOCOMO_PATH="${1:-${LOCOMO:-}}"
+RESULTS="$ROOT/bench/results"
+STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
+READY_TIMEOUT=180
+mkdir -p "$RESULTS"
+
+SERVER_PID=""
+DATA_DIR=""
+PORT=""
+
+stop_server() {
+    if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 1 30); do
+            kill -0 "$SERVER_PID" 2>/dev/null || break
+            sleep 0.5
+        done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    SERVER_PID=""
+    if [[ -n "$DATA_DIR" && -d "$DATA_DIR" ]]; then
+        rm -rf -- "$DATA_DIR"
+    fi
+    DATA_DIR=""
+}
+trap stop_server EXIT
+trap 'exit 130' INT TERM
+
+start_server() {  # $1: a name for the log file
+    DATA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/strata-bench.XXXXXX")"
+    PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    local log="$RESULTS/server-$STAMP-$1.log"
+    # Embedded mode: no external store URLs, whatever the caller's environment holds.
+    env -u STRATA_DATABASE_URL -u STRATA_REDIS_URL -u STRATA_QDRANT_URL \
+        STRATA_DATA_DIR="$DATA_DIR" \
+        "$PY" -m uvicorn app.main:app --host 127.0.0.1 --port "$PORT" >"$log" 2>&1 &
+    SERVER_PID=$!
+    local deadline=$((SECONDS + READY_TIMEOUT))
+    until "$PY" - "$PORT" <<'EOF' 2>/dev/null
+import sys, urllib.request
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/readyz", timeout=2) as r:
+    sys.exit(0 if r.status == 200 else 1)
+EOF
+    do
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            echo "server exited during start-up; see $log" >&2
+            tail -n 20 "$log" >&2
+            exit 1
+        fi
+        if ((SECONDS >= deadline)); then
+            echo "server not ready after ${READY_TIMEOUT}s; see $log" >&2
+            exit 1
+        fi
+        sleep 0.5
+    done
+    echo "server ready: pid $SERVER_PID, http://127.0.0.1:$PORT, data $DATA_DIR, log $log"
+}
+
+status=0
+
+start_server latency
+# shellcheck disable=SC2086  # word splitting of the extra arguments is intended
+"$PY" bench/latency.py --url "http://127.0.0.1:$PORT" --pid "$SERVER_PID" \
+    --out "$RESULTS/latency-$STAMP.json" ${LATENCY_ARGS:-} |
+    tee "$RESULTS/latency-$STAMP.txt" || status=1
+stop_server
+
+if [[ -n "$LOCOMO_PATH" && -f "$LOCOMO_PATH" ]]; then
+    start_server locomo
+    # shellcheck disable=SC2086
+    "$PY" bench/locomo.py --data "$LOCOMO_PATH" --url "http://127.0.0.1:$PORT" \
+        --out "$RESULTS/locomo-$STAMP.json" ${LOCOMO_ARGS:-} |
+        tee "$RESULTS/locomo-$STAMP.txt" || status=1
+    stop_server
+else
+    echo "LoCoMo skipped: pass the path to locomo10.json (argument or LOCOMO=...)"
+fi
+
+echo "results in $RESULTS (*-$STAMP.*); exit status $status"
+exit "$status"

@@ -1,0 +1,218 @@
+"""Shared fixtures: apps on real stores, in both run modes.
+
+- `full`: PostgreSQL (a fresh database per test run, migrated by Alembic), Redis (a
+  dedicated logical database, flushed first), the Qdrant server code path through
+  qdrant-client's local mode, and the worker in-process.
+- `embedded`: SQLite, Qdrant Edge and the in-process Redis stand-in, in a temporary dir.
+
+Tests isolate themselves with fresh user and session ids, so one app serves many tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+from redis.asyncio import Redis
+
+from app.main import create_app
+from app.resources import Resources
+from app.settings import Settings
+
+PG_ADMIN_DSN = os.environ.get("STRATA_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("STRATA_TEST_REDIS", "redis://127.0.0.1:6379/13")
+
+
+def _pg_dsn(database: str) -> str:
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0]
+    return f"{base.replace('postgresql://', 'postgresql+asyncpg://', 1)}/{database}"
+
+
+@pytest.fixture(scope="session")
+async def pg_databases() -> AsyncIterator[Callable[[], Awaitable[str]]]:
+    """Makes fresh PostgreSQL databases for this run; drops them at the end."""
+    made: list[str] = []
+
+    async def make() -> str:
+        name = f"strata_test_{uuid.uuid4().hex[:10]}"
+        conn = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        made.append(name)
+        return _pg_dsn(name)
+
+    yield make
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        for name in made:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+async def pg_database(pg_databases: Callable[[], Awaitable[str]]) -> str:
+    return await pg_databases()
+
+
+@pytest.fixture(scope="session")
+async def redis_client() -> AsyncIterator[Redis]:
+    client = Redis.from_url(REDIS_URL)
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+def full_settings(pg: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": pg,
+        "redis_url": REDIS_URL,
+        "qdrant_url": ":memory:",
+        "worker_in_process": True,
+        "worker_poll_seconds": 0.2,
+        "wait_timeout_seconds": 30,
+        "data_dir": Path("/nonexistent-full-stack-uses-no-files"),
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {"data_dir": data_dir, "worker_poll_seconds": 0.2}
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+class Running:
+    """An app with its lifespan entered, and a client on it."""
+
+    def __init__(self, app: FastAPI, client: httpx.AsyncClient, state: dict[str, Any]) -> None:
+        self.app = app
+        self.client = client
+        self.state = state
+
+    @property
+    def resources(self) -> Resources:
+        resources: Resources = self.state["resources"]
+        return resources
+
+
+@pytest.fixture(scope="session")
+def start_app() -> Callable[[Settings], Any]:
+    """Start an app on the given settings: `async with start_app(s) as running: ...`."""
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def start(settings: Settings) -> AsyncIterator[Running]:
+        app = create_app(settings)
+        async with LifespanManager(app, startup_timeout=60, shutdown_timeout=60) as manager:
+            transport = httpx.ASGITransport(app=manager.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://strata") as client:
+                yield Running(app, client, manager._state)
+
+    return start
+
+
+@pytest.fixture(scope="session")
+async def full_app(
+    pg_database: str, redis_client: Redis, start_app: Callable[[Settings], Any]
+) -> AsyncIterator[Running]:
+    async with start_app(full_settings(pg_database)) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+async def embedded_app(
+    tmp_path_factory: pytest.TempPathFactory, start_app: Callable[[Settings], Any]
+) -> AsyncIterator[Running]:
+    async with start_app(embedded_settings(tmp_path_factory.mktemp("embedded"))) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+async def pg_edge_app(
+    pg_databases: Callable[[], Awaitable[str]],
+    redis_client: Redis,
+    tmp_path_factory: pytest.TempPathFactory,
+    start_app: Callable[[Settings], Any],
+) -> AsyncIterator[Running]:
+    """PostgreSQL and Redis with Qdrant Edge: the full stack's SQL and buffer paths at a
+    scale qdrant-client's local mode (Python-evaluated filters) cannot serve."""
+    # Its own database: a worker of another app sharing it would index into another store.
+    settings = full_settings(
+        await pg_databases(), qdrant_url=None, data_dir=tmp_path_factory.mktemp("pg-edge")
+    )
+    async with start_app(settings) as running:
+        yield running
+
+
+@pytest.fixture
+def mode_app(request: pytest.FixtureRequest) -> Running:
+    """The app of the mode given by indirect parametrisation: full, embedded or pg_edge."""
+    fixture: Running = request.getfixturevalue(f"{request.param}_app")
+    return fixture
+
+
+@pytest.fixture(params=["full", "embedded"])
+def running(request: pytest.FixtureRequest) -> Running:
+    """Each test that takes `running` runs once per mode."""
+    fixture: Running = request.getfixturevalue(f"{request.param}_app")
+    return fixture
+
+
+@pytest.fixture
+def ids() -> Callable[[str], str]:
+    """Fresh identifiers, so tests sharing an app never see each other's data."""
+    suffix = uuid.uuid4().hex[:8]
+    return lambda name: f"{name}-{suffix}"
+
+
+async def settle(running: Running) -> None:
+    """Let background reinforcement finish."""
+    services = running.state["services"]
+    await services.recall.drain()
+    await asyncio.sleep(0)
+
+
+def turn(content: str, role: str = "user", **extra: Any) -> dict[str, Any]:
+    return {"role": role, "content": content, **extra}
+
+
+async def post_messages(
+    running: Running,
+    session_id: str,
+    user_id: str,
+    messages: list[dict[str, Any]],
+    *,
+    wait: bool = True,
+    expect: int | None = None,
+) -> dict[str, Any]:
+    resp = await running.client.post(
+        f"/v1/sessions/{session_id}/messages",
+        json={"user_id": user_id, "messages": messages, "wait": wait},
+    )
+    expected = expect if expect is not None else (200 if wait else 202)
+    assert resp.status_code == expected, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+async def recall(running: Running, user_id: str, query: str, **extra: Any) -> list[dict[str, Any]]:
+    resp = await running.client.post(
+        "/v1/recall", json={"user_id": user_id, "query": query, "reinforce": False, **extra}
+    )
+    assert resp.status_code == 200, resp.text
+    results: list[dict[str, Any]] = resp.json()["results"]
+    return results

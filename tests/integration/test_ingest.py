@@ -1,0 +1,161 @@
+"""Ingest: the log, idempotent retries, ownership, the buffer, and import at scale."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from app.stores.buffer import _window_key
+from tests.conftest import Running, post_messages, recall, turn
+
+
+async def test_messages_become_searchable_with_their_sources(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    body = await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("I moved to Lisbon last May and the trams are lovely.", id="m1"),
+            turn("How do you like Portugal?", role="assistant", id="m2"),
+            turn("我最喜欢吃北京烤鸭。", id="m3"),
+        ],
+    )
+    assert body == {"accepted": 3, "duplicates": 0, "last_seq": 3, "indexed_seq": 3}
+
+    results = await recall(running, user, "Lisbon trams", top_k=3)
+    assert results[0]["content"].endswith("I moved to Lisbon last May and the trams are lovely.")
+    assert results[0]["sources"] == [{"session_id": session, "message_id": "m1", "seq": 1}]
+    for r in results:
+        for value in (r["score"], *r["scores"].values()):
+            assert 0.0 <= value <= 1.0
+
+    chinese = await recall(running, user, "北京烤鸭", top_k=1)
+    assert chinese[0]["sources"][0]["message_id"] == "m3"
+
+
+async def test_retry_with_the_same_ids_is_counted_as_duplicates(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    batch = [turn(f"note number {i} about the garden", id=f"n{i}") for i in range(5)]
+    first = await post_messages(running, session, user, batch)
+    again = await post_messages(running, session, user, [*batch, turn("a new one", id="n5")])
+    assert first["accepted"] == 5
+    assert again == {"accepted": 1, "duplicates": 5, "last_seq": 6, "indexed_seq": 6}
+
+    page = await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
+    assert [m["id"] for m in page.json()["items"]] == [f"n{i}" for i in range(6)]
+    mem = await running.client.get("/v1/memories", params={"user_id": user, "limit": 200})
+    assert len(mem.json()["items"]) == 6
+
+
+async def test_same_id_twice_in_one_batch_is_stored_once(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    body = await post_messages(
+        running, session, user, [turn("first", id="x"), turn("second", id="x")], wait=False
+    )
+    assert body["accepted"] == 1 and body["duplicates"] == 1
+
+
+async def test_messages_without_ids_get_seq_ids_and_history_pages_newest_last(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn(f"line {i}") for i in range(7)], wait=False)
+    first = await running.client.get(
+        f"/v1/sessions/{session}/messages", params={"user_id": user, "limit": 3}
+    )
+    page = first.json()
+    assert [m["seq"] for m in page["items"]] == [5, 6, 7]
+    assert page["items"][0]["id"] == "seq:5"
+    older = await running.client.get(
+        f"/v1/sessions/{session}/messages",
+        params={"user_id": user, "limit": 3, "before_seq": page["next_cursor"]},
+    )
+    assert [m["seq"] for m in older.json()["items"]] == [2, 3, 4]
+
+
+async def test_past_created_at_is_kept_as_event_time(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await post_messages(
+        running,
+        session,
+        user,
+        [turn("we adopted a puppy named Biscuit", id="p", created_at="2023-05-08T13:56:00+02:00")],
+    )
+    page = await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
+    assert page.json()["items"][0]["created_at"] == "2023-05-08T11:56:00Z"
+    found = await recall(running, user, "puppy Biscuit", top_k=1)
+    assert found[0]["created_at"] == "2023-05-08T11:56:00Z"
+
+
+async def test_a_session_belongs_to_one_user(running: Running, ids: Callable[[str], str]) -> None:
+    owner, other, session = ids("owner"), ids("other"), ids("session")
+    put = await running.client.put(
+        f"/v1/sessions/{session}", json={"user_id": owner, "system_prompt": "Be brief."}
+    )
+    assert put.status_code == 201
+    again = await running.client.put(f"/v1/sessions/{session}", json={"user_id": owner})
+    assert again.status_code == 200 and again.json()["system_prompt"] == "Be brief."
+
+    conflict = await running.client.put(f"/v1/sessions/{session}", json={"user_id": other})
+    assert conflict.status_code == 409
+    assert conflict.json()["code"] == "session_user_conflict"
+
+    hidden = await running.client.get(f"/v1/sessions/{session}", params={"user_id": other})
+    assert hidden.status_code == 404
+    post = await running.client.post(
+        f"/v1/sessions/{session}/messages",
+        json={"user_id": other, "messages": [turn("hi")]},
+    )
+    assert post.status_code == 404
+    mine = await running.client.get(f"/v1/sessions/{session}", params={"user_id": owner})
+    assert mine.json()["last_seq"] == 0
+
+
+async def test_the_buffer_holds_the_window_and_refreshes_its_ttl(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn(f"m{i}") for i in range(3)], wait=False)
+    redis = running.resources.buffer.redis
+    key = _window_key(running.resources.settings.default_tenant, session)
+    assert await redis.zcard(key) == 3
+    ttl = await redis.ttl(key)
+    assert 0 < ttl <= running.resources.settings.buffer_ttl_seconds
+
+
+@pytest.mark.parametrize("mode_app", ["pg_edge", "embedded"], indirect=True)
+async def test_a_5000_turn_import_is_fully_searchable(
+    mode_app: Running, ids: Callable[[str], str]
+) -> None:
+    running = mode_app
+    user, session = ids("user"), ids("session")
+    total, batch = 5000, 1000
+    for start in range(0, total, batch):
+        messages = [
+            turn(
+                f"Day {i}: entry about topic{i} and the weather",
+                role="user" if i % 2 == 0 else "assistant",
+                id=f"t{i}",
+            )
+            for i in range(start, start + batch)
+        ]
+        body = await post_messages(
+            running, session, user, messages, wait=start + batch == total, expect=None
+        )
+        assert body["accepted"] == batch
+    state = (await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})).json()
+    assert state["last_seq"] == total and state["indexed_seq"] == total
+    for i in (0, 1234, 2500, 4999):
+        found = await recall(running, user, f"topic{i}", top_k=3)
+        # Its neighbours index it as context, so it is among the first, not always first.
+        assert f"t{i}" in [r["sources"][0]["message_id"] for r in found], i
