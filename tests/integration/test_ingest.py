@@ -60,7 +60,8 @@ async def test_same_id_twice_in_one_batch_is_stored_once(
     body = await post_messages(
         running, session, user, [turn("first", id="x"), turn("second", id="x")], wait=False
     )
-    assert body["accepted"] == 1 and body["duplicates"] == 1
+    assert body["accepted"] == 1
+    assert body["duplicates"] == 1
 
 
 async def test_messages_without_ids_get_seq_ids_and_history_pages_newest_last(
@@ -104,7 +105,8 @@ async def test_a_session_belongs_to_one_user(running: Running, ids: Callable[[st
     )
     assert put.status_code == 201
     again = await running.client.put(f"/v1/sessions/{session}", json={"user_id": owner})
-    assert again.status_code == 200 and again.json()["system_prompt"] == "Be brief."
+    assert again.status_code == 200
+    assert again.json()["system_prompt"] == "Be brief."
 
     conflict = await running.client.put(f"/v1/sessions/{session}", json={"user_id": other})
     assert conflict.status_code == 409
@@ -154,7 +156,8 @@ async def test_a_5000_turn_import_is_fully_searchable(
         )
         assert body["accepted"] == batch
     state = (await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})).json()
-    assert state["last_seq"] == total and state["indexed_seq"] == total
+    assert state["last_seq"] == total
+    assert state["indexed_seq"] == total
     for i in (0, 1234, 2500, 4999):
         found = await recall(running, user, f"topic{i}", top_k=3)
         # Its neighbours index it as context, so it is among the first, not always first.
