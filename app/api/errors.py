@@ -81,7 +81,9 @@ def problem(
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]  # where it came from, not which field
     return ".".join(parts) or "body"
 
 

@@ -1,0 +1,146 @@
+"""Bad input is a 4xx problem+json naming the field, and a rejected request stores nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.conftest import Running, turn
+
+FUTURE = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+
+BAD_MESSAGES: list[tuple[str, dict[str, Any], str]] = [
+    ("unknown field", {"messages": [turn("hi", colour="red")]}, "messages.0.colour"),
+    ("blank content", {"messages": [turn("   ")]}, "messages.0.content"),
+    ("empty content", {"messages": [turn("")]}, "messages.0.content"),
+    ("too long", {"messages": [turn("x" * 32_001)]}, "messages.0.content"),
+    ("bad role", {"messages": [turn("hi", role="robot")]}, "messages.0.role"),
+    ("bad id", {"messages": [turn("hi", id="has space")]}, "messages.0.id"),
+    ("naive time", {"messages": [turn("hi", created_at="2024-01-01T10:00:00")]}, "created_at"),
+    ("future time", {"messages": [turn("hi", created_at=FUTURE)]}, "messages.0.created_at"),
+    ("no messages", {"messages": []}, "messages"),
+    ("too many", {"messages": [turn("hi")] * 1001}, "messages"),
+    ("bad user", {"user_id": "no/slash", "messages": [turn("hi")]}, "user_id"),
+    ("wait not bool", {"messages": [turn("hi")], "wait": "maybe"}, "wait"),
+]
+
+
+@pytest.mark.parametrize(("case", "patch", "field"), BAD_MESSAGES, ids=[c[0] for c in BAD_MESSAGES])
+async def test_bad_messages_are_rejected_naming_the_field_and_store_nothing(
+    running: Running, ids: Callable[[str], str], case: str, patch: dict[str, Any], field: str
+) -> None:
+    user, session = ids("user"), ids("session")
+    body = {"user_id": user, **patch}
+    resp = await running.client.post(f"/v1/sessions/{session}/messages", json=body)
+    assert resp.status_code == 422, case
+    assert resp.headers["content-type"] == "application/problem+json"
+    problem = resp.json()
+    assert problem["code"] == "validation_error"
+    assert problem["status"] == 422
+    assert any(field in e["field"] for e in problem["errors"]), problem["errors"]
+    assert field.split(".")[-1] in problem["detail"]
+    # Nothing stored: not even the session the request would have created.
+    check = await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})
+    assert check.status_code == 404
+
+
+async def test_invalid_json_is_a_422_problem(running: Running) -> None:
+    resp = await running.client.post(
+        "/v1/recall", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert resp.status_code == 422
+    assert resp.json()["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"query": "x", "top_k": 0}, "top_k"),
+        ({"query": "x", "top_k": 201}, "top_k"),
+        ({"query": " "}, "query"),
+        ({"query": "x", "weights": {"semantic": -1, "recency": 0, "importance": 0}}, "semantic"),
+        (
+            {
+                "query": "x",
+                "time_range": {"from": "2024-02-01T00:00:00Z", "to": "2024-01-01T00:00:00Z"},
+            },
+            "time_range",
+        ),
+        ({"query": "x", "memory_types": ["dreams"]}, "memory_types"),
+        ({"query": "x", "as_of": "2024-01-01"}, "as_of"),
+        ({"query": "x", "surprise": True}, "surprise"),
+    ],
+)
+async def test_bad_recall_is_a_422_naming_the_field(
+    running: Running, body: dict[str, Any], field: str
+) -> None:
+    resp = await running.client.post("/v1/recall", json={"user_id": "u", **body})
+    assert resp.status_code == 422
+    assert any(field in e["field"] for e in resp.json()["errors"]), resp.json()
+
+
+@pytest.mark.parametrize(("budget", "ok"), [(0, False), (200_001, False), (1, True)])
+async def test_token_budget_limits(
+    running: Running, ids: Callable[[str], str], budget: int, ok: bool
+) -> None:
+    user, session = ids("user"), ids("session")
+    await running.client.put(f"/v1/sessions/{session}", json={"user_id": user})
+    resp = await running.client.post(
+        f"/v1/sessions/{session}/context", json={"user_id": user, "token_budget": budget}
+    )
+    # A budget of 1 is valid input; an empty session needs no tokens at all.
+    assert resp.status_code == (200 if ok else 422), resp.text
+
+
+async def test_every_error_carries_the_request_id(running: Running) -> None:
+    resp = await running.client.get("/v1/nowhere", headers={"X-Request-ID": "trace-123"})
+    assert resp.status_code == 404
+    assert resp.headers["x-request-id"] == "trace-123"
+    assert resp.json()["request_id"] == "trace-123"
+    assert resp.json()["code"] == "not_found"
+    made = await running.client.post("/v1/recall", json={})
+    assert len(made.json()["request_id"]) == 32
+    assert made.headers["x-request-id"] == made.json()["request_id"]
+
+
+async def test_wrong_method_is_a_405_problem(running: Running) -> None:
+    resp = await running.client.delete("/v1/recall")
+    assert resp.status_code == 405
+    assert resp.json()["code"] == "method_not_allowed"
+
+
+async def test_health_and_readiness_report_each_dependency(running: Running) -> None:
+    assert (await running.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await running.client.get("/readyz")
+    assert ready.status_code == 200
+    checks = ready.json()["checks"]
+    assert set(checks) == {"database", "buffer", "vectors"}
+    assert all(c["ok"] and c["latency_ms"] >= 0 for c in checks.values())
+
+
+async def test_api_key_is_required_when_configured(
+    pg_database: str, start_app: Any, tmp_path: Any
+) -> None:
+    from tests.conftest import embedded_settings
+
+    settings = embedded_settings(tmp_path, api_key="s3cret")
+    async with start_app(settings) as app:
+        missing = await app.client.post("/v1/recall", json={"user_id": "u", "query": "x"})
+        assert missing.status_code == 401
+        assert missing.json()["code"] == "unauthorized"
+        wrong = await app.client.post(
+            "/v1/recall",
+            json={"user_id": "u", "query": "x"},
+            headers={"Authorization": "Bearer nope"},
+        )
+        assert wrong.status_code == 401
+        right = await app.client.post(
+            "/v1/recall",
+            json={"user_id": "u", "query": "x"},
+            headers={"Authorization": "Bearer s3cret"},
+        )
+        assert right.status_code == 200
+        assert right.json()["results"] == []

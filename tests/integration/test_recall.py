@@ -1,0 +1,147 @@
+"""Recall: filters, `as_of`, weights, reinforcement, near-duplicate merging, deletion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.conftest import Running, post_messages, recall, settle, turn
+
+
+async def test_filters_narrow_the_results(running: Running, ids: Callable[[str], str]) -> None:
+    user, session = ids("user"), ids("session")
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("We hiked the Alps in June.", id="a", created_at="2024-06-10T10:00:00Z"),
+            turn("We hiked Patagonia in December.", id="b", created_at="2024-12-10T10:00:00Z"),
+        ],
+    )
+    note = await running.client.post(
+        "/v1/memories",
+        json={
+            "user_id": user,
+            "content": "Hiking boots size 44",
+            "memory_type": "semantic",
+            "metadata": {"topic": "gear", "rank": 2},
+        },
+    )
+    assert note.status_code == 201
+
+    episodic = await recall(running, user, "hiking", memory_types=["episodic"])
+    assert {r["sources"][0]["message_id"] for r in episodic} == {"a", "b"}
+
+    window = {"from": "2024-06-01T00:00:00Z", "to": "2024-07-01T00:00:00Z"}
+    june = await recall(running, user, "hiking", time_range=window)
+    assert [r["sources"][0]["message_id"] for r in june] == ["a"]
+
+    gear = await recall(running, user, "hiking", metadata={"topic": "gear"})
+    assert [r["content"] for r in gear] == ["Hiking boots size 44"]
+    assert await recall(running, user, "hiking", metadata={"rank": 2}) == gear
+    assert await recall(running, user, "hiking", metadata={"topic": "food"}) == []
+
+    before_december = await recall(running, user, "hiking", as_of="2024-11-01T00:00:00Z")
+    assert "b" not in [r["sources"][0]["message_id"] for r in before_december if r["sources"]]
+
+    assert await recall(running, user, "hiking", kinds=["summary"]) == []
+
+
+async def test_recency_weight_prefers_the_newer_memory(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("My favourite colour is green.", id="old", created_at="2020-01-01T00:00:00Z"),
+            turn("My favourite colour is blue.", id="new", created_at="2024-01-01T00:00:00Z"),
+        ],
+    )
+    as_of = "2024-01-02T00:00:00Z"
+    by_recency = await recall(
+        running,
+        user,
+        "favourite colour",
+        as_of=as_of,
+        weights={"semantic": 0, "recency": 1, "importance": 0},
+    )
+    assert [r["sources"][0]["message_id"] for r in by_recency] == ["new", "old"]
+    assert by_recency[0]["scores"]["recency"] > by_recency[1]["scores"]["recency"]
+    assert by_recency[0]["score"] == by_recency[0]["scores"]["recency"]
+
+
+async def test_recall_reinforces_unless_told_not_to(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user = ids("user")
+    made = await running.client.post(
+        "/v1/memories",
+        json={"user_id": user, "content": "Walks the dog at 7am.", "memory_type": "semantic"},
+    )
+    mid = made.json()["id"]
+    await recall(running, user, "dog walk")  # reinforce: false
+    await settle(running)
+    assert (await running.client.get(f"/v1/memories/{mid}", params={"user_id": user})).json()[
+        "access_count"
+    ] == 0
+
+    for _ in range(2):
+        resp = await running.client.post("/v1/recall", json={"user_id": user, "query": "dog walk"})
+        assert resp.status_code == 200
+        await settle(running)
+    row = (await running.client.get(f"/v1/memories/{mid}", params={"user_id": user})).json()
+    assert row["access_count"] == 2
+    assert row["last_accessed_at"] is not None
+    again = await recall(running, user, "dog walk")
+    assert again[0]["access_count"] == 2
+    # The most-used memory of the user has the full usage share of importance.
+    assert again[0]["scores"]["importance"] >= 0.3
+
+
+async def test_a_repeated_exchange_is_merged_not_stored_twice(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, first, second = ids("user"), ids("s1"), ids("s2")
+    text = "I am training for the Berlin marathon in September."
+    await post_messages(running, first, user, [turn(text, id="m1")])
+    await post_messages(running, second, user, [turn(text, id="m1")])
+    memories = (await running.client.get("/v1/memories", params={"user_id": user})).json()["items"]
+    assert len(memories) == 1
+    assert {(s["session_id"], s["message_id"]) for s in memories[0]["sources"]} == {
+        (first, "m1"),
+        (second, "m1"),
+    }
+    found = await recall(running, user, "Berlin marathon")
+    assert len(found[0]["sources"]) == 2
+    history = await running.client.get(
+        f"/v1/memories/{memories[0]['id']}/history", params={"user_id": user}
+    )
+    assert [e["event"] for e in history.json()["items"]] == ["created", "updated"]
+
+    # Deleting one session keeps the memory for the other.
+    deleted = await running.client.delete(f"/v1/sessions/{first}", params={"user_id": user})
+    assert deleted.status_code == 200
+    assert deleted.json() == {"session_id": first, "messages": 1, "memories": 0}
+    found = await recall(running, user, "Berlin marathon")
+    assert [s["session_id"] for s in found[0]["sources"]] == [second]
+
+    deleted = await running.client.delete(f"/v1/sessions/{second}", params={"user_id": user})
+    assert deleted.json()["memories"] == 1
+    assert await recall(running, user, "Berlin marathon") == []
+    gone = await running.client.get(f"/v1/sessions/{second}", params={"user_id": user})
+    assert gone.status_code == 404
+
+
+async def test_memories_of_a_session_span_event_time(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """A memory's created_at is its source message's time, not the time it was processed."""
+    user, session = ids("user"), ids("session")
+    await post_messages(
+        running, session, user, [turn("Graduated in 2019.", created_at="2019-06-01T12:00:00Z")]
+    )
+    found = await recall(running, user, "graduated")
+    assert found[0]["created_at"] == "2019-06-01T12:00:00Z"
