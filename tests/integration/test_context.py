@@ -1,0 +1,110 @@
+"""Context assembly: budget, the last user message, memories, and a lost buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.stores.buffer import _window_key
+from tests.conftest import Running, post_messages, turn
+
+
+async def context(
+    running: Running, session: str, user: str, expect: int = 200, **extra: Any
+) -> dict[str, Any]:
+    resp = await running.client.post(
+        f"/v1/sessions/{session}/context", json={"user_id": user, **extra}
+    )
+    assert resp.status_code == expect, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+async def test_context_packs_prompt_turns_and_memories(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, old, now = ids("user"), ids("old"), ids("now")
+    await post_messages(
+        running,
+        old,
+        user,
+        [turn("My sister Ana lives in Porto and teaches piano.", id="o1")]
+        + [turn(f"filler chat number {i}", role="assistant") for i in range(3)],
+    )
+    await running.client.put(
+        f"/v1/sessions/{now}", json={"user_id": user, "system_prompt": "You are kind."}
+    )
+    await post_messages(
+        running,
+        now,
+        user,
+        [
+            turn("Hello again!"),
+            turn("Hi! How can I help?", role="assistant"),
+            turn("What does my sister teach?"),
+        ],
+    )
+    body = await context(running, now, user, token_budget=4000)
+    sections = body["sections"]
+    assert sections["system_prompt"] == "You are kind."
+    assert [m["content"] for m in sections["recent_messages"]][-1] == "What does my sister teach?"
+    assert any("teaches piano" in m["content"] for m in sections["memories"])
+    # What the recent turns already show is not repeated among the memories.
+    assert all(s["session_id"] != now for m in sections["memories"] for s in m["sources"])
+    assert body["tokens"]["total"] <= 4000
+    assert body["tokenizer"] == "o200k_base"
+    assert "## Instructions\nYou are kind." in body["text"]
+    assert body["text"].rstrip().endswith("user: What does my sister teach?")
+
+
+async def test_budget_is_never_exceeded_and_the_last_user_message_stays(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await running.client.put(
+        f"/v1/sessions/{session}", json={"user_id": user, "system_prompt": "Be brief."}
+    )
+    long_turns = [turn(f"turn {i}: " + "words " * 40, role="assistant") for i in range(30)]
+    await post_messages(running, session, user, [*long_turns, turn("And the answer?")])
+    for budget in (20, 60, 150, 400, 1000):
+        body = await context(running, session, user, token_budget=budget)
+        assert body["tokens"]["total"] <= budget
+        assert body["sections"]["recent_messages"][-1]["content"] == "And the answer?"
+        assert body["dropped"]["recent_messages"] + len(body["sections"]["recent_messages"]) == 31
+
+    too_small = await context(running, session, user, expect=422, token_budget=3)
+    assert too_small["code"] == "token_budget_too_small"
+    assert too_small["errors"][0]["field"] == "token_budget"
+
+
+async def test_explicit_query_and_unknown_session(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn("I collect vintage cameras.")])
+    body = await context(running, session, user, query="hobbies and collections")
+    assert body["sections"]["recent_messages"][0]["content"] == "I collect vintage cameras."
+    missing = await context(running, ids("nope"), user, expect=404)
+    assert missing["code"] == "session_not_found"
+    other = await context(running, session, ids("intruder"), expect=404)
+    assert other["code"] == "session_not_found"
+
+
+@pytest.mark.parametrize("mode_app", ["full"], indirect=True)
+async def test_a_flushed_redis_loses_nothing(mode_app: Running, ids: Callable[[str], str]) -> None:
+    """Redis is a cache of the window: flushed mid-session, it is rebuilt from the log."""
+    running = mode_app
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn(f"step {i}", id=f"s{i}") for i in range(5)])
+    redis = running.resources.buffer.redis
+    await redis.flushdb()
+
+    await post_messages(running, session, user, [turn("step 5", id="s5")])
+    body = await context(running, session, user)
+    assert [m["id"] for m in body["sections"]["recent_messages"]] == [f"s{i}" for i in range(6)]
+    key = _window_key(running.resources.settings.default_tenant, session)
+    assert await redis.zcard(key) == 6  # rebuilt
+    listed = await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
+    assert len(listed.json()["items"]) == 6

@@ -1,0 +1,102 @@
+"""The promotion worker: watermark, lease, and idempotence under concurrency (PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from app.services.promotion import Promoter
+from app.stores import sessions as session_store
+from app.stores.models import Memory, MemoryEvent, Session
+from tests.conftest import Running, full_settings, post_messages, turn
+
+
+@pytest.fixture
+async def idle_app(
+    pg_databases: Callable[[], Awaitable[str]], start_app: Callable[..., Any]
+) -> AsyncIterator[Running]:
+    """PostgreSQL + Redis with no worker running: the test drives promotion itself."""
+    settings = full_settings(await pg_databases(), worker_in_process=False, worker_batch_messages=7)
+    async with start_app(settings) as running:
+        yield running
+
+
+async def counts(running: Running, session: str) -> tuple[int, int, int]:
+    async with running.resources.db.transaction() as tx:
+        memories = await tx.scalar(
+            sa.select(sa.func.count()).select_from(Memory).where(Memory.session_id == session)
+        )
+        created = await tx.scalar(
+            sa.select(sa.func.count())
+            .select_from(MemoryEvent)
+            .where(MemoryEvent.event == "created")
+        )
+        indexed = await tx.scalar(sa.select(Session.indexed_seq).where(Session.id == session))
+    return int(memories or 0), int(created or 0), int(indexed or 0)
+
+
+async def test_two_workers_on_one_backlog_write_nothing_twice(idle_app: Running) -> None:
+    user, session = "u-workers", "s-workers"
+    messages = [turn(f"distinct fact {i} about item{i}", id=f"m{i}") for i in range(40)]
+    await post_messages(idle_app, session, user, messages, wait=False)
+
+    a = Promoter(idle_app.resources, "worker-a")
+    b = Promoter(idle_app.resources, "worker-b")
+    for _ in range(20):
+        done = await asyncio.gather(a.run_once(), b.run_once())
+        if sum(done) == 0:
+            break
+    assert await counts(idle_app, session) == (40, 40, 40)
+    points = await idle_app.resources.vectors.nearest(
+        "default", user, [[0.0] * 511 + [1.0]], threshold=-1.0
+    )
+    assert points[0] is not None
+
+    # A replay from the start (say, a watermark restored from a backup) changes nothing.
+    async with idle_app.resources.db.transaction() as tx:
+        await tx.execute(sa.update(Session).where(Session.id == session).values(indexed_seq=0))
+    while await a.run_once():
+        pass
+    assert await counts(idle_app, session) == (40, 40, 40)
+
+
+async def test_a_crashed_workers_lease_expires_and_another_takes_over(idle_app: Running) -> None:
+    user, session = "u-lease", "s-lease"
+    await post_messages(idle_app, session, user, [turn(f"note {i}") for i in range(5)], wait=False)
+    now = datetime.now(UTC)
+    async with idle_app.resources.db.transaction() as tx:
+        claims = await session_store.claim_backlog(
+            tx, owner="crashed", now=now, lease_until=now + timedelta(minutes=5), limit=10
+        )
+    assert [c.session_id for c in claims] == [session]
+
+    other = Promoter(idle_app.resources, "survivor")
+    assert await other.run_once() == 0  # the lease still holds
+    async with idle_app.resources.db.transaction() as tx:
+        await tx.execute(
+            sa.update(Session)
+            .where(Session.id == session)
+            .values(lease_expires_at=now - timedelta(seconds=1))
+        )
+    assert await other.run_once() == 5
+    assert (await counts(idle_app, session))[0] == 5
+
+
+async def test_a_worker_that_lost_its_lease_commits_nothing(idle_app: Running) -> None:
+    user, session = "u-lost", "s-lost"
+    await post_messages(idle_app, session, user, [turn(f"item {i}") for i in range(3)], wait=False)
+    now = datetime.now(UTC)
+    async with idle_app.resources.db.transaction() as tx:
+        [claim] = await session_store.claim_backlog(
+            tx, owner="slow", now=now, lease_until=now + timedelta(minutes=5), limit=10
+        )
+        # Another worker takes the session over meanwhile.
+        await tx.execute(sa.update(Session).where(Session.id == session).values(lease_owner="fast"))
+    slow = Promoter(idle_app.resources, "slow")
+    assert await slow.promote(claim) == 0
+    assert await counts(idle_app, session) == (0, 0, 0)
