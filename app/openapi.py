@@ -10,7 +10,7 @@ from app.settings import Settings
 
 
 def main() -> None:
-    spec = create_app(Settings(_env_file=None)).openapi()  # type: ignore[call-arg]
+    spec = create_app(Settings(_env_file=None)).openapi()
     sys.stdout.write(json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     worker_batch_messages: int = Field(default=500, ge=1, le=5000)
     worker_lease_seconds: float = Field(default=30.0, gt=0)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
+    worker_heartbeat_file: Path | None = Field(
+        default=None, description="touched after every worker pass (container healthcheck)"
+    )
     wait_timeout_seconds: float = Field(default=60.0, gt=0)
 
     # Buffer (L2).

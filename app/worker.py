@@ -34,6 +34,8 @@ async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
                 log.exception("promotion pass failed; retrying")
                 done = 0
                 await _sleep_or_stop(stop, poll)
+            if resources.settings.worker_heartbeat_file is not None:
+                resources.settings.worker_heartbeat_file.touch()
             if done == 0 and not stop.is_set():
                 waiter = asyncio.ensure_future(listener.wait(poll))
                 stopper = asyncio.ensure_future(stop.wait())

@@ -86,13 +86,13 @@ def full_settings(pg: str, **overrides: Any) -> Settings:
         "data_dir": Path("/nonexistent-full-stack-uses-no-files"),
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {"data_dir": data_dir, "worker_poll_seconds": 0.2}
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 class Running:

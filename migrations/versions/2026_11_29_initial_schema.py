@@ -6,6 +6,7 @@ Create Date: 2026-11-29 23:07:14.542312
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -17,15 +18,15 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def TS() -> sa.types.TypeEngine[object]:  # noqa: N802 - reads like a type
+def TS() -> sa.types.TypeEngine[Any]:  # noqa: N802 - reads like a type
     return sa.DateTime(timezone=True)
 
 
-def JSON() -> sa.types.TypeEngine[object]:  # noqa: N802
+def JSON() -> sa.types.TypeEngine[Any]:  # noqa: N802
     return sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
-def BIGID() -> sa.types.TypeEngine[object]:  # noqa: N802
+def BIGID() -> sa.types.TypeEngine[Any]:  # noqa: N802
     return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 

@@ -1,0 +1,46 @@
+# Strata's front door. `make run` serves the embedded mode (no servers needed);
+# `make test` installs what the tests need and runs them (PostgreSQL and Redis on localhost).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+LOCOMO ?= ../shared/bench/locomo/locomo10.json
+
+.PHONY: install run worker test check fmt openapi bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install  ## the service, embedded (SQLite, Qdrant Edge, in-process buffer and worker)
+	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT)
+
+worker: install  ## the promotion worker as its own process (full stack)
+	$(BIN)/python -m app.worker
+
+test: install
+	$(BIN)/pytest
+
+check: install  ## format check, lint, mypy --strict, tests
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+openapi: install
+	$(BIN)/python -m app.openapi > openapi/openapi.json
+
+bench: install  ## service levels and LoCoMo retrieval, on a fresh embedded server
+	bash bench/run.sh $(LOCOMO)
+
+clean:
+	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache .hypothesis
