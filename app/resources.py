@@ -73,7 +73,11 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     async with contextlib.AsyncExitStack() as stack:
         if settings.auto_migrate:
             await migrate(settings.database_dsn)
-        db = Database(create_engine(settings.database_dsn))
+        dsn = settings.database_dsn
+        db = Database(
+            create_engine(dsn),
+            create_engine(dsn, readonly=True) if settings.is_sqlite else None,
+        )
         stack.push_async_callback(db.close)
 
         buffer = Buffer(

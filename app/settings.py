@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     worker_in_process: bool | None = Field(
         default=None, description="run the promotion worker inside the api; default: embedded"
     )
-    worker_batch_messages: int = Field(default=500, ge=1, le=5000)
+    worker_batch_messages: int = Field(default=256, ge=1, le=5000)
     worker_lease_seconds: float = Field(default=30.0, gt=0)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
     worker_heartbeat_file: Path | None = Field(
@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     rrf_k: int = Field(default=10, ge=1)
     dense_weight: float = Field(default=0.3, gt=0)
     sparse_weight: float = Field(default=1.0, gt=0)
-    candidate_pool: int = Field(default=100, ge=1, le=1000)
+    candidate_pool: int = Field(default=50, ge=1, le=1000)
 
     # Context.
     tokenizer: Literal["o200k_base", "cl100k_base"] = "o200k_base"

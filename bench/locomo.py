@@ -91,14 +91,15 @@ def parse_time(text: str) -> datetime:
 
 
 def normalise_evidence(raw: Sequence[str]) -> list[str]:
-    """'D8:6; D9:17' -> two ids, 'D:11:26' -> 'D11:26'; order kept, duplicates dropped."""
+    """'D8:6; D9:17' -> two ids, 'D:11:26' -> 'D11:26', 'D30:05' -> 'D30:5'; order kept,
+    duplicates dropped."""
     out: list[str] = []
     for item in raw:
         for token in EVIDENCE_SPLIT.split(item):
             if not token:
                 continue
             match = EVIDENCE_ID.fullmatch(token)
-            dia_id = f"D{match.group(1)}:{match.group(2)}" if match else token
+            dia_id = f"D{int(match.group(1))}:{int(match.group(2))}" if match else token
             if dia_id not in out:
                 out.append(dia_id)
     return out

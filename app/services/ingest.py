@@ -97,7 +97,7 @@ class IngestService:
             return session_out(row), False
 
     async def get_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionOut:
-        async with self.r.db.transaction() as tx:
+        async with self.r.db.read() as tx:
             return session_out(await self._owned(tx, tenant_id, session_id, user_id))
 
     @staticmethod
@@ -214,7 +214,7 @@ class IngestService:
         deadline = time.monotonic() + self.r.settings.wait_timeout_seconds
         delay = 0.005
         while True:
-            async with self.r.db.transaction() as tx:
+            async with self.r.db.read() as tx:
                 indexed = await session_store.indexed_seq(tx, tenant_id, session_id)
             if indexed is None or indexed >= target or time.monotonic() >= deadline:
                 return indexed or 0
@@ -224,7 +224,7 @@ class IngestService:
     async def list_messages(
         self, tenant_id: str, session_id: str, user_id: str, before_seq: int | None, limit: int
     ) -> MessagePage:
-        async with self.r.db.transaction() as tx:
+        async with self.r.db.read() as tx:
             await self._owned(tx, tenant_id, session_id, user_id)
             rows = await message_store.page(
                 tx, tenant_id, session_id, before_seq=before_seq, limit=limit + 1
@@ -254,7 +254,7 @@ class IngestService:
             and len(window) >= min(n, session.last_seq)
         ):
             return [MessageOut.model_validate(m) for m in window]
-        async with self.r.db.transaction() as tx:
+        async with self.r.db.read() as tx:
             rows = await message_store.page(
                 tx, tenant_id, session.id, before_seq=None, limit=self.r.settings.buffer_window
             )

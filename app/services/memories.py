@@ -153,7 +153,7 @@ class MemoryService:
         return memory_out(row)
 
     async def get(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> MemoryOut:
-        async with self.r.db.transaction() as tx:
+        async with self.r.db.read() as tx:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
         if row is None:
             raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
@@ -174,7 +174,7 @@ class MemoryService:
                 after = (datetime.fromisoformat(parts[0]), uuid.UUID(parts[1]))
             except (IndexError, TypeError, ValueError) as exc:
                 raise InvalidInput("cursor", "is not a cursor this API returned") from exc
-        async with self.r.db.transaction() as tx:
+        async with self.r.db.read() as tx:
             rows = await memory_store.page(
                 tx, tenant_id, user_id, memory_type=memory_type, after=after, limit=limit + 1
             )
@@ -249,7 +249,7 @@ class MemoryService:
             if not parts or not isinstance(parts[0], int):
                 raise InvalidInput("cursor", "is not a cursor this API returned")
             after_id = parts[0]
-        async with self.r.db.transaction() as tx:
+        async with self.r.db.read() as tx:
             if not await memory_store.exists_any(tx, tenant_id, user_id, memory_id):
                 raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
             rows = await memory_store.events_page(

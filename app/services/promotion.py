@@ -31,11 +31,17 @@ from app.stores.vectors import VectorPoint
 
 log = logging.getLogger("strata.promotion")
 
-_SPACE = re.compile(r"\s+")
+_NOT_WORD = re.compile(r"[\W_]+")
 
 
 def content_hash(text: str) -> str:
-    return hashlib.sha256(_SPACE.sub(" ", text.strip().lower()).encode()).hexdigest()
+    """Of the text with case, punctuation and spacing normalised away."""
+    return hashlib.sha256(_NOT_WORD.sub(" ", text.lower()).strip().encode()).hexdigest()
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b) / denom if denom else 0.0
 
 
 def epoch(dt: datetime) -> float:
@@ -121,7 +127,7 @@ class Promoter:
             # Earlier turns give the first new turns their context; system messages are
             # skipped by the chunker, so read a little more than `context_turns`.
             lookback = context_turns * 3 + 2 if context_turns else 0
-            async with self.r.db.transaction() as tx:
+            async with self.r.db.read() as tx:
                 rows = await message_store.seq_range(
                     tx,
                     claim.tenant_id,
@@ -156,29 +162,48 @@ class Promoter:
         dense = await self.r.embedder.embed([c.dense_text for c in chunks]) if chunks else []
         now = datetime.now(UTC)
 
-        # Near-duplicates: first within the batch, then against the user's memories.
+        # Near-duplicates: the same normalised text in a context that embeds alike (cosine
+        # of the indexed text >= threshold), within the batch or among the user's memories.
+        # Looking candidates up by text hash keeps this O(batch), not O(batch x memories).
         merges: list[_Merge] = []
         fresh: list[tuple[Chunk, list[float]]] = []
+        kept_rows: list[int] = []
         if chunks:
             matrix = np.asarray(dense, dtype=np.float32)
-            neighbours = await self.r.vectors.nearest(
-                tenant_id, user_id, dense, self.settings.dedupe_threshold
-            )
-            existing_ids = [h.id for h in neighbours if h is not None]
-            async with self.r.db.transaction() as tx:
-                existing = {m.id: m for m in await memory_store.get_many(tx, existing_ids)}
-            kept_rows: list[int] = []
+            hashes = [content_hash(c.content) for c in chunks]
+            async with self.r.db.read() as tx:
+                # A replayed batch: what already exists is neither rewritten nor re-merged.
+                done = {m.id for m in await memory_store.get_many(tx, [c.id for c in chunks])}
+                same_text = await memory_store.by_hashes(
+                    tx, tenant_id, user_id, sorted(set(hashes))
+                )
+            stored = await self.r.vectors.dense_vectors([m.id for m in same_text.values()])
+            threshold = self.settings.dedupe_threshold
+            seen: dict[str, list[int]] = {}
             for i, chunk in enumerate(chunks):
-                if kept_rows:
-                    sims = matrix[kept_rows] @ matrix[i]
-                    j = int(np.argmax(sims))
-                    if sims[j] >= self.settings.dedupe_threshold:
-                        merges.append(_Merge(kept_rows[j], chunk))
-                        continue
-                hit = neighbours[i]
-                if hit is not None and hit.id in existing and hit.id != chunk.id:
-                    merges.append(_Merge(existing[hit.id], chunk))
+                if chunk.id in done:
                     continue
+                twin = next(
+                    (
+                        j
+                        for j in seen.get(hashes[i], [])
+                        if _cosine(matrix[j], matrix[i]) >= threshold
+                    ),
+                    None,
+                )
+                if twin is not None:
+                    merges.append(_Merge(twin, chunk))
+                    continue
+                prior = same_text.get(hashes[i])
+                if (
+                    prior is not None
+                    and prior.id in stored
+                    and _cosine(np.asarray(stored[prior.id], dtype=np.float32), matrix[i])
+                    >= threshold
+                ):
+                    merges.append(_Merge(prior, chunk))
+                    continue
+                seen.setdefault(hashes[i], []).append(i)
                 kept_rows.append(i)
                 fresh.append((chunk, dense[i]))
 

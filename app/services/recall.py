@@ -2,16 +2,19 @@
 
 Qdrant fuses the dense and sparse candidate lists (RRF); the fused score, normalised to
 [0, 1], is the `semantic` term. Recency and importance come from the point payload, so a
-recall costs one embedding, one index query and one small read (the user's highest
-access count); reinforcement is written after the answer, off the request's path.
+recall costs one embedding and one index query. Reinforcement is counted in memory and
+flushed in batches about once a second, off the request's path: many recalls of the same
+memory cost one write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +37,10 @@ class RecallService:
     def __init__(self, resources: Resources) -> None:
         self.r = resources
         self.settings = resources.settings
-        self._background: set[asyncio.Task[None]] = set()
+        self._pending: dict[tuple[str, str], Counter[uuid.UUID]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        # The user's highest access count normalises importance; a few seconds stale is fine.
+        self._max_access: dict[tuple[str, str], tuple[float, int]] = {}
 
     def default_weights(self) -> scoring.Weights:
         s = self.settings
@@ -90,8 +96,7 @@ class RecallService:
         if as_of is not None:
             upper = min(upper, as_of) if upper is not None else as_of
         dense_task = asyncio.ensure_future(self.r.embedder.embed([query]))
-        async with self.r.db.transaction() as tx:
-            max_access = await memory_store.max_access_count(tx, tenant_id, user_id)
+        max_access = await self._max_access_count(tenant_id, user_id)
         dense = (await dense_task)[0]
         hits = await self.r.vectors.search(
             VectorQuery(
@@ -148,28 +153,54 @@ class RecallService:
             metadata=p.get("metadata") or {},
         )
 
-    def reinforce_later(self, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]) -> None:
-        """Count the access after answering; a lost update only under-counts, never fails
-        the recall that caused it."""
-        task = asyncio.create_task(self._reinforce(tenant_id, user_id, list(ids)))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    async def _max_access_count(self, tenant_id: str, user_id: str) -> int:
+        key = (tenant_id, user_id)
+        cached = self._max_access.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        async with self.r.db.read() as tx:
+            value = await memory_store.max_access_count(tx, tenant_id, user_id)
+        if len(self._max_access) > 10_000:
+            self._max_access.clear()
+        self._max_access[key] = (time.monotonic() + MAX_ACCESS_TTL_SECONDS, value)
+        return value
 
-    async def _reinforce(self, tenant_id: str, user_id: str, ids: list[uuid.UUID]) -> None:
+    def reinforce_later(self, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]) -> None:
+        """Count an access of each memory; written by the next flush. A lost flush only
+        under-counts; it never fails the recall that caused it."""
+        self._pending.setdefault((tenant_id, user_id), Counter()).update(ids)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(REINFORCE_FLUSH_SECONDS)
+        await self.flush()
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, {}
         now = datetime.now(UTC)
-        try:
-            async with self.r.db.transaction() as tx:
-                counts = await memory_store.reinforce(tx, tenant_id, user_id, ids, now)
-            await self.r.vectors.set_payload(
-                [
-                    (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
-                    for mid, n in counts
-                ]
-            )
-        except Exception:
-            log.warning("reinforcement of %d memories failed", len(ids), exc_info=True)
+        for (tenant_id, user_id), counts in pending.items():
+            try:
+                async with self.r.db.transaction() as tx:
+                    new = await memory_store.reinforce(tx, tenant_id, user_id, counts, now)
+                await self.r.vectors.set_payload(
+                    [
+                        (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
+                        for mid, n in new
+                    ]
+                )
+                self._max_access.pop((tenant_id, user_id), None)
+            except Exception:
+                log.warning("reinforcement of %d memories failed", len(counts), exc_info=True)
 
     async def drain(self) -> None:
-        """Finish pending reinforcement (shutdown, tests)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        """Write pending reinforcement now (shutdown, tests)."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.flush()
+
+
+MAX_ACCESS_TTL_SECONDS = 5.0
+REINFORCE_FLUSH_SECONDS = 1.0

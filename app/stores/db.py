@@ -1,8 +1,10 @@
 """The SQL engine: PostgreSQL through asyncpg, or one SQLite file when embedded.
 
-SQLite runs in WAL mode and every transaction begins IMMEDIATE: the embedded service has
+SQLite runs in WAL mode with two engines: writes begin IMMEDIATE (the embedded service has
 many concurrent writers in one process, and a deferred transaction that upgrades to a write
-lock fails at once with "database is locked" instead of waiting for its turn.
+lock fails at once with "database is locked" instead of waiting its turn), while reads go
+through a second engine that never takes the write lock, so recall and context never queue
+behind promotion's writes.
 """
 
 from __future__ import annotations
@@ -33,16 +35,16 @@ def _ensure_sqlite_dir(dsn: str) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-def create_engine(dsn: str) -> AsyncEngine:
+def create_engine(dsn: str, *, readonly: bool = False) -> AsyncEngine:
     if dsn.startswith("sqlite"):
         _ensure_sqlite_dir(dsn)
         engine = create_async_engine(dsn, connect_args={"timeout": 30})
-        _tune_sqlite(engine)
+        _tune_sqlite(engine, readonly=readonly)
         return engine
     return create_async_engine(dsn, pool_size=10, max_overflow=10, pool_pre_ping=True)
 
 
-def _tune_sqlite(engine: AsyncEngine) -> None:
+def _tune_sqlite(engine: AsyncEngine, *, readonly: bool) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
@@ -51,11 +53,14 @@ def _tune_sqlite(engine: AsyncEngine) -> None:
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
+        if readonly:
+            cur.execute("PRAGMA query_only=ON")
         cur.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read sees one WAL snapshot and takes no lock a writer waits on.
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -91,22 +96,31 @@ class Database:
     lives in a repository module next to this one.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, reader: AsyncEngine | None = None) -> None:
         self.engine = engine
+        self.reader = reader or engine
         self._sessions = session_factory(engine)
+        self._reads = session_factory(self.reader)
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
 
     def transaction(self) -> _Transaction:
+        """A read-write transaction."""
         return _Transaction(self._sessions)
+
+    def read(self) -> _Transaction:
+        """A read-only snapshot (on SQLite it never waits for the write lock)."""
+        return _Transaction(self._reads)
 
     async def ping(self) -> float:
         return await ping(self.engine)
 
     async def close(self) -> None:
         await self.engine.dispose()
+        if self.reader is not self.engine:
+            await self.reader.dispose()
 
 
 class _Transaction:

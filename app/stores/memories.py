@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -137,30 +137,42 @@ async def max_access_count(tx: AsyncSession, tenant_id: str, user_id: str) -> in
 
 
 async def reinforce(
-    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID], now: datetime
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    counts: Mapping[uuid.UUID, int],
+    now: datetime,
 ) -> list[tuple[uuid.UUID, int]]:
-    """Count one access on each memory; returns the new access counts."""
-    if not ids:
+    """Count accesses (`counts[id]` recalls each); returns the new access counts."""
+    if not counts:
         return []
-    result = await tx.execute(
-        sa.update(Memory)
-        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id.in_(ids))
-        .values(
-            access_count=Memory.access_count + 1,
-            last_accessed_at=now,
-            strength=Memory.strength + 1.0,
+    new: list[tuple[uuid.UUID, int]] = []
+    for times in sorted(set(counts.values())):
+        ids = [mid for mid, n in counts.items() if n == times]
+        result = await tx.execute(
+            sa.update(Memory)
+            .where(
+                Memory.tenant_id == tenant_id,
+                Memory.user_id == user_id,
+                Memory.id.in_(ids),
+                Memory.deleted_at.is_(None),
+            )
+            .values(
+                access_count=Memory.access_count + times,
+                last_accessed_at=now,
+                strength=Memory.strength + times,
+            )
+            .returning(Memory.id, Memory.access_count)
         )
-        .returning(Memory.id, Memory.access_count)
-    )
-    counts = [(row[0], int(row[1])) for row in result.all()]
-    if counts:
-        top = max(c for _, c in counts)
+        new.extend((row[0], int(row[1])) for row in result.all())
+    if new:
+        top = max(c for _, c in new)
         await tx.execute(
             sa.update(User)
             .where(User.tenant_id == tenant_id, User.id == user_id, User.max_access_count < top)
             .values(max_access_count=top)
         )
-    return counts
+    return new
 
 
 def _mentions_session(tx: AsyncSession, session_id: str) -> sa.ColumnElement[bool]:

@@ -74,9 +74,7 @@ class VectorIndex(Protocol):
     async def delete(self, ids: Sequence[uuid.UUID]) -> None: ...
     async def set_payload(self, updates: Sequence[tuple[uuid.UUID, dict[str, Any]]]) -> None: ...
     async def search(self, query: VectorQuery) -> list[VectorHit]: ...
-    async def nearest(
-        self, tenant_id: str, user_id: str, vectors: Sequence[list[float]], threshold: float
-    ) -> list[VectorHit | None]: ...
+    async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]: ...
     async def ping(self) -> float: ...
     async def close(self) -> None: ...
 
@@ -234,31 +232,19 @@ class QdrantServerIndex:
             ]
         )
 
-    async def nearest(
-        self, tenant_id: str, user_id: str, vectors: Sequence[list[float]], threshold: float
-    ) -> list[VectorHit | None]:
-        if not vectors:
-            return []
-        scope = VectorQuery(tenant_id, user_id, [], SparseVec([], []), 1)
-        flt = self._filter(scope)
-        requests = [
-            qm.QueryRequest(
-                query=v,
-                using="dense",
-                filter=flt,
-                limit=1,
-                with_payload=True,
-                score_threshold=threshold,
+    async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        if not ids:
+            return {}
+        records = await self._call(
+            self.client.retrieve(
+                self.collection, [str(i) for i in ids], with_payload=False, with_vectors=["dense"]
             )
-            for v in vectors
-        ]
-        batches = await self._call(self.client.query_batch_points(self.collection, requests))
-        out: list[VectorHit | None] = []
-        for batch in batches:
-            top = batch.points[0] if batch.points else None
-            out.append(
-                VectorHit(uuid.UUID(str(top.id)), top.score, top.payload or {}) if top else None
-            )
+        )
+        out: dict[uuid.UUID, list[float]] = {}
+        for r in records:
+            vector = r.vector.get("dense") if isinstance(r.vector, dict) else None
+            if isinstance(vector, list):
+                out[uuid.UUID(str(r.id))] = [float(x) for x in vector]
         return out
 
     async def ping(self) -> float:
@@ -412,31 +398,18 @@ class QdrantEdgeIndex:
         points = await self._run(lambda: self._shard.query(request))
         return [VectorHit(_as_uuid(p.id), p.score, p.payload or {}) for p in points]
 
-    async def nearest(
-        self, tenant_id: str, user_id: str, vectors: Sequence[list[float]], threshold: float
-    ) -> list[VectorHit | None]:
-        import qdrant_edge as qe
-
-        if not vectors:
-            return []
-        flt = self._filter(VectorQuery(tenant_id, user_id, [], SparseVec([], []), 1))
-        batch = qe.QueryBatchRequest(
-            [
-                qe.QueryRequest(
-                    limit=1,
-                    query=qe.Query.Nearest(v, using="dense"),
-                    filter=flt,
-                    with_payload=True,
-                    score_threshold=threshold,
-                )
-                for v in vectors
-            ]
+    async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        if not ids:
+            return {}
+        records = await self._run(
+            lambda: self._shard.retrieve(list(ids), with_payload=False, with_vector=["dense"])
         )
-        results = await self._run(lambda: self._shard.query_batch(batch))
-        return [
-            VectorHit(_as_uuid(r[0].id), r[0].score, r[0].payload or {}) if r else None
-            for r in results
-        ]
+        out: dict[uuid.UUID, list[float]] = {}
+        for r in records:
+            vector = r.vector.get("dense") if isinstance(r.vector, dict) else None
+            if vector is not None:
+                out[_as_uuid(r.id)] = list(vector)
+        return out
 
     async def ping(self) -> float:
         start = time.perf_counter()
