@@ -65,7 +65,7 @@ def _embedder(settings: Settings) -> Embedder:
             timeout=settings.embedding_timeout_seconds,
         )
         return OpenAIEmbedder(client, model=settings.embedding_model, dim=settings.embedding_dim)
-    return LocalUSE()
+    return LocalUSE(bulk_threads=settings.embed_bulk_threads)
 
 
 @contextlib.asynccontextmanager

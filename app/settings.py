@@ -59,11 +59,15 @@ class Settings(BaseSettings):
     embedding_dim: int = 1536
     embedding_api_key: SecretStr | None = None
     embedding_timeout_seconds: float = 30.0
+    embed_bulk_threads: int = Field(
+        default=2, ge=1, le=16, description="threads for promotion's batch embedding"
+    )
 
     # Promotion.
     dense_context_turns: int = Field(
         default=1, ge=0, le=4, description="previous turns embedded with each turn"
     )
+    dense_context_weight: float = Field(default=0.5, ge=0, lt=1)
     sparse_context_turns: int = Field(
         default=2, ge=0, le=4, description="previous turns in each turn's term vector"
     )

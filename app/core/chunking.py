@@ -3,10 +3,11 @@
 Policy (measured on LoCoMo, see bench/README.md): one memory per turn. Its `content` and
 `sources` are that turn alone, so a result never claims messages it does not show; what
 gets *indexed* also carries the turns just before it in the session, because a reply ("yes,
-last Tuesday") is found by what it answers: the dense text holds the previous
-`dense_context` turns, the sparse vector the previous `sparse_context` turns at a lower
-weight. Only earlier turns are used, so a memory never changes when later messages arrive
-and ids stay deterministic across batch boundaries.
+last Tuesday") is found by what it answers: the dense vector blends in the embedding of
+the previous `dense_context` turns, the sparse vector their terms, both at a lower weight.
+Each turn is embedded once, alone, and reused as context by the turns after it. Only
+earlier turns are used, so a memory never changes when later messages arrive and ids stay
+deterministic across batch boundaries.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class LogMessage:
 class Chunk:
     id: uuid.UUID
     content: str
-    dense_text: str
+    dense_context: list[str]
     sparse_context: list[str]
     sources: list[dict[str, Any]]
     created_at: datetime
@@ -86,7 +87,7 @@ def chunk_turns(
             Chunk(
                 id=memory_id(tenant_id, message.session_id, message.seq),
                 content=message.line,
-                dense_text="\n".join([*(m.line for m in dense_before), message.line]),
+                dense_context=[m.line for m in dense_before],
                 sparse_context=[m.line for m in sparse_before],
                 sources=[source_of(message)],
                 created_at=message.created_at,

@@ -22,19 +22,29 @@ class Embedder(Protocol):
     model_id: str
     dim: int
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
+        """`bulk` marks background batches (promotion), kept off the queries' path."""
+        ...
+
     async def close(self) -> None: ...
 
 
 class LocalUSE:
-    """Google's multilingual Universal Sentence Encoder v3 (512-d), shipped in the wheel."""
+    """Google's multilingual Universal Sentence Encoder v3 (512-d), shipped in the wheel.
+
+    Queries run on their own thread, so a recall never waits behind promotion's batches;
+    batches are split over `bulk_threads` threads (the forward pass releases the GIL).
+    """
 
     model_id = "use-m3"
     dim = 512
-    batch_size = 256
+    batch_size = 64
 
-    def __init__(self) -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embed")
+    def __init__(self, bulk_threads: int = 2) -> None:
+        self._queries = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embed-q")
+        self._bulk = concurrent.futures.ThreadPoolExecutor(
+            bulk_threads, thread_name_prefix="embed-bulk"
+        )
         self._model: Any = None
 
     def load(self) -> None:
@@ -53,14 +63,23 @@ class LocalUSE:
             out.extend(vecs.astype(np.float32).tolist())
         return out
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
         if not texts:
             return []
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._encode, list(texts))
+        if not bulk:
+            return await loop.run_in_executor(self._queries, self._encode, list(texts))
+        parts = [
+            list(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)
+        ]
+        done = await asyncio.gather(
+            *(loop.run_in_executor(self._bulk, self._encode, part) for part in parts)
+        )
+        return [vector for part in done for vector in part]
 
     async def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._queries.shutdown(wait=False, cancel_futures=True)
+        self._bulk.shutdown(wait=False, cancel_futures=True)
 
 
 class OpenAIEmbedder:
@@ -82,7 +101,7 @@ class OpenAIEmbedder:
         self.dim = dim
         self.retries = retries
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             out.extend(await self._batch(list(texts[start : start + self.batch_size])))

@@ -157,9 +157,29 @@ class Promoter:
             cursor = upto
         return done
 
+    async def _embed(self, chunks: list[Chunk]) -> list[list[float]]:
+        """One embedding per distinct line; a chunk's vector blends in its context's."""
+        if not chunks:
+            return []
+        lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
+        vectors = await self.r.embedder.embed(lines, bulk=True)
+        by_line = {
+            line: np.asarray(v, dtype=np.float32) for line, v in zip(lines, vectors, strict=True)
+        }
+        w = self.settings.dense_context_weight
+        out: list[list[float]] = []
+        for c in chunks:
+            v = by_line[c.content]
+            if c.dense_context and w > 0:
+                context = np.mean([by_line[line] for line in c.dense_context], axis=0)
+                v = (1 - w) * v + w * context
+            norm = float(np.linalg.norm(v))
+            out.append((v / norm if norm else v).tolist())
+        return out
+
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
         tenant_id, user_id = claim.tenant_id, claim.user_id
-        dense = await self.r.embedder.embed([c.dense_text for c in chunks]) if chunks else []
+        dense = await self._embed(chunks)
         now = datetime.now(UTC)
 
         # Near-duplicates: the same normalised text in a context that embeds alike (cosine

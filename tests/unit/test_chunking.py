@@ -21,7 +21,7 @@ def test_a_turn_is_indexed_with_the_turns_before_it() -> None:
     history = [msg(1, "Did you go to the concert?", "assistant", "Mel"), msg(2, "Yes, loved it!")]
     [first, second] = chunk_turns("t", [], history, dense_context=1, sparse_context=2)
     assert second.content == "user: Yes, loved it!"
-    assert second.dense_text == "Mel: Did you go to the concert?\nuser: Yes, loved it!"
+    assert second.dense_context == ["Mel: Did you go to the concert?"]
     assert second.sparse_context == ["Mel: Did you go to the concert?"]
     assert second.sources == [{"session_id": "s1", "message_id": "c2", "seq": 2}]
     assert first.sparse_context == []
