@@ -83,7 +83,9 @@ class Settings(BaseSettings):
     rrf_k: int = Field(default=10, ge=1)
     dense_weight: float = Field(default=0.3, gt=0)
     sparse_weight: float = Field(default=1.0, gt=0)
-    candidate_pool: int = Field(default=50, ge=1, le=1000)
+    candidate_pool: int = Field(
+        default=30, ge=1, le=1000, description="candidates per search list before scoring"
+    )
 
     # Context.
     tokenizer: Literal["o200k_base", "cl100k_base"] = "o200k_base"

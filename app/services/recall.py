@@ -116,25 +116,31 @@ class RecallService:
             )
         )
         now = as_of or datetime.now(UTC)
-        scored = [
-            self._score(hit, now, max_access, weights or self.default_weights()) for hit in hits
-        ]
-        scored.sort(key=lambda r: r.score, reverse=True)
-        return scored[:top_k]
+        w = (weights or self.default_weights()).normalised()
+        scored = [(self._terms(hit, now, max_access), hit) for hit in hits]
+        ranked = sorted(scored, key=lambda item: scoring.combine(w, *item[0]), reverse=True)[:top_k]
+        # Only the answers become response objects; the rest of the pool is just numbers.
+        return [self._result(hit, terms_, w) for terms_, hit in ranked]
 
-    def _score(
-        self, hit: VectorHit, now: datetime, max_access: int, weights: scoring.Weights
-    ) -> RecallResult:
+    def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float, float]:
+        """(semantic, recency, importance) of one candidate."""
         s = self.settings
         p: dict[str, Any] = hit.payload
-        created_at = _dt(p["created_at"]) or now
-        last_accessed = _dt(p.get("last_accessed_at"))
+        last = p.get("last_accessed_at") or p["created_at"]
         semantic = scoring.semantic_from_rrf(hit.score, s.dense_weight, s.sparse_weight, s.rrf_k)
-        recency = scoring.recency(now, last_accessed or created_at, s.recency_lambda_per_day)
+        recency = scoring.recency(now, datetime.fromtimestamp(last, UTC), s.recency_lambda_per_day)
         intrinsic = 1.0 if p.get("pinned") else float(p.get("importance", 0.5))
         importance = scoring.importance(
             intrinsic, int(p.get("access_count", 0)), max_access, s.importance_intrinsic_share
         )
+        return semantic, recency, importance
+
+    @staticmethod
+    def _result(
+        hit: VectorHit, terms_: tuple[float, float, float], weights: scoring.Weights
+    ) -> RecallResult:
+        p: dict[str, Any] = hit.payload
+        semantic, recency, importance = terms_
         return RecallResult(
             id=hit.id,
             kind=p.get("kind", "memory"),
@@ -146,8 +152,8 @@ class RecallService:
                 recency=round(recency, 6),
                 importance=round(importance, 6),
             ),
-            created_at=created_at,
-            last_accessed_at=last_accessed,
+            created_at=datetime.fromtimestamp(p["created_at"], UTC),
+            last_accessed_at=_dt(p.get("last_accessed_at")),
             access_count=int(p.get("access_count", 0)),
             sources=[Source.model_validate(x) for x in p.get("sources", [])],
             metadata=p.get("metadata") or {},
