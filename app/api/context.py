@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1/sessions", tags=["context"])
     "token_budget`. The last user message is always included; a budget too small for it "
     "and the system prompt is a 422 `token_budget_too_small`.",
     response_model=ContextResponse,
-    responses=problem_responses(401, 404, 422, 503),
+    responses=problem_responses(400, 401, 404, 422, 503),
 )
 async def build_context(
     session_id: SessionIdPath, body: ContextRequest, tenant: TenantDep, service: ContextDep

@@ -65,7 +65,12 @@ class RequestIdMiddleware:
 
 
 def problem(
-    status: int, code: str, title: str, detail: str, errors: list[dict[str, Any]] | None = None
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ProblemResponse:
     body: dict[str, Any] = {
         "type": f"urn:strata:problem:{code}",
@@ -77,7 +82,7 @@ def problem(
     }
     if errors is not None:
         body["errors"] = errors
-    return ProblemResponse(body, status_code=status)
+    return ProblemResponse(body, status_code=status, headers=headers)
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -112,7 +117,9 @@ async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
 async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _STATUS_CODES.get(exc.status_code, "http_error")
-    return problem(exc.status_code, code, code.replace("_", " ").capitalize(), str(exc.detail))
+    title = code.replace("_", " ").capitalize()
+    # Keep the exception's headers: a 405 must say what is allowed (`Allow`).
+    return problem(exc.status_code, code, title, str(exc.detail), headers=exc.headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:

@@ -30,7 +30,7 @@ def _with(
     "/{session_id}",
     summary="Create or update a session",
     response_model=SessionOut,
-    responses=_with({201: {"model": SessionOut, "description": "created"}}, 401, 409, 422),
+    responses=_with({201: {"model": SessionOut, "description": "created"}}, 400, 401, 409, 422),
 )
 async def put_session(
     session_id: SessionIdPath,
@@ -79,7 +79,7 @@ async def delete_session(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=IngestResponse,
     responses=_with(
-        {200: {"model": IngestResponse, "description": "indexed (wait=true)"}}, 401, 404, 422
+        {200: {"model": IngestResponse, "description": "indexed (wait=true)"}}, 400, 401, 404, 422
     ),
 )
 async def post_messages(
@@ -107,6 +107,8 @@ async def get_messages(
     tenant: TenantDep,
     ingest: IngestDep,
     limit: LimitQuery = 50,
-    before_seq: Annotated[int | None, Query(ge=1, description="page before this seq")] = None,
+    before_seq: Annotated[
+        int | None, Query(ge=1, le=2**63 - 1, description="page before this seq")
+    ] = None,
 ) -> MessagePage:
     return await ingest.list_messages(tenant, session_id, user_id, before_seq, limit)

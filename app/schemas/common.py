@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+import orjson
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
 Identifier = Annotated[
@@ -16,9 +17,53 @@ Identifier = Annotated[
 MAX_FUTURE = timedelta(minutes=5)
 
 
+INT64 = 2**63 - 1
+MAX_METADATA_BYTES = 16_000
+
+
+def _text(value: str) -> str:
+    """Text every store can hold: valid UTF-8 (JSON allows lone surrogates; UTF-8 does not)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from exc
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be blank")
+    return _text(value)
+
+
+def _json_value(value: Any, depth: int = 0) -> None:
+    if depth > 8:
+        raise ValueError("is nested more than 8 levels deep")
+    if isinstance(value, str):
+        _text(value)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int):
+        if not -INT64 - 1 <= value <= INT64:
+            raise ValueError("holds an integer outside the 64-bit range")
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("holds a number that is not finite")
+    elif isinstance(value, list):
+        for item in value:
+            _json_value(item, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _text(str(key))
+            _json_value(item, depth + 1)
+
+
+def _metadata(value: dict[str, Any]) -> dict[str, Any]:
+    _json_value(value)
+    if len(orjson.dumps(value)) > MAX_METADATA_BYTES:
+        raise ValueError(f"must serialise to at most {MAX_METADATA_BYTES} bytes of JSON")
     return value
 
 
@@ -39,8 +84,15 @@ EventTime = Annotated[AwareDatetime, AfterValidator(_not_future)]
 
 Metadata = Annotated[
     dict[str, Any],
-    Field(max_length=64, description="free-form JSON object, up to 64 keys"),
+    Field(max_length=64, description="free-form JSON object: up to 64 keys, 16 kB"),
+    AfterValidator(_metadata),
 ]
+FilterValue = Annotated[
+    str | Annotated[int, Field(ge=-INT64 - 1, le=INT64)] | bool,
+    AfterValidator(lambda v: _text(v) if isinstance(v, str) else v),
+]
+Text = Annotated[str, AfterValidator(_text)]
+"""Free text that may be empty or blank, but must be storable."""
 
 
 class StrictModel(BaseModel):
@@ -72,6 +124,7 @@ class Problem(BaseModel):
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the error answers a route can give."""
     titles = {
+        400: "The body is not decodable JSON",
         401: "Missing or invalid API key",
         404: "Not found (or belongs to another user)",
         409: "Conflict",

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.common import Content, Identifier, Metadata, Source, StrictModel
+from app.schemas.common import Content, Identifier, Metadata, Source, StrictModel, Text
 
 MemoryType = Literal["episodic", "semantic", "procedural"]
 
@@ -43,7 +43,7 @@ class MemoryPatch(StrictModel):
     importance: float | None = Field(default=None, ge=0, le=1)
     pinned: bool | None = None
     metadata: Metadata | None = None
-    reason: str | None = Field(default=None, max_length=1000, description="kept in the history")
+    reason: Text | None = Field(default=None, max_length=1000, description="kept in the history")
 
 
 class MemoryOut(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, model_validator
 
-from app.schemas.common import EventTime, Identifier, Query, Source, StrictModel
+from app.schemas.common import EventTime, FilterValue, Identifier, Query, Source, StrictModel
 from app.schemas.memories import MemoryType
 
 
@@ -41,7 +41,7 @@ class RecallRequest(StrictModel):
     memory_types: list[MemoryType] | None = Field(default=None, min_length=1)
     kinds: list[Literal["memory", "summary"]] | None = Field(default=None, min_length=1)
     time_range: TimeRange | None = None
-    metadata: dict[str, str | int | bool] | None = Field(default=None, max_length=16)
+    metadata: dict[str, FilterValue] | None = Field(default=None, max_length=16)
     weights: ScoreWeights | None = None
     rewrite: Literal["auto", "off"] = "auto"
     as_of: EventTime | None = Field(

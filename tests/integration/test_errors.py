@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +26,11 @@ BAD_MESSAGES: list[tuple[str, dict[str, Any], str]] = [
     ("too many", {"messages": [turn("hi")] * 1001}, "messages"),
     ("bad user", {"user_id": "no/slash", "messages": [turn("hi")]}, "user_id"),
     ("wait not bool", {"messages": [turn("hi")], "wait": "maybe"}, "wait"),
+    ("lone surrogate", {"messages": [turn("bad \udc00 text")]}, "messages.0.content"),
+    ("NUL", {"messages": [turn("a\x00b")]}, "messages.0.content"),
+    ("huge int", {"messages": [turn("hi", metadata={"n": 2**70})]}, "messages.0.metadata"),
+    ("surrogate key", {"messages": [turn("hi", metadata={"\udc00": 1})]}, "metadata"),
+    ("big metadata", {"messages": [turn("hi", metadata={"k": "x" * 20_000})]}, "metadata"),
 ]
 
 
@@ -34,7 +40,12 @@ async def test_bad_messages_are_rejected_naming_the_field_and_store_nothing(
 ) -> None:
     user, session = ids("user"), ids("session")
     body = {"user_id": user, **patch}
-    resp = await running.client.post(f"/v1/sessions/{session}/messages", json=body)
+    # ASCII-escaped JSON, as a client may send it: it can carry lone surrogates.
+    resp = await running.client.post(
+        f"/v1/sessions/{session}/messages",
+        content=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
     assert resp.status_code == 422, case
     assert resp.headers["content-type"] == "application/problem+json"
     problem = resp.json()
@@ -45,6 +56,30 @@ async def test_bad_messages_are_rejected_naming_the_field_and_store_nothing(
     # Nothing stored: not even the session the request would have created.
     check = await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})
     assert check.status_code == 404
+
+
+async def test_out_of_range_numbers_are_422_not_500(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await running.client.put(f"/v1/sessions/{session}", json={"user_id": user})
+    page = await running.client.get(
+        f"/v1/sessions/{session}/messages", params={"user_id": user, "before_seq": 2**70}
+    )
+    assert page.status_code == 422
+    assert page.json()["errors"][0]["field"] == "before_seq"
+    recall = await running.client.post(
+        "/v1/recall", json={"user_id": user, "query": "x", "metadata": {"n": 2**70}}
+    )
+    assert recall.status_code == 422
+
+
+async def test_undecodable_body_is_a_400_problem(running: Running) -> None:
+    resp = await running.client.post(
+        "/v1/recall", content=b"\xff\xfe", headers={"content-type": "application/json"}
+    )
+    assert resp.status_code in (400, 422)
+    assert resp.headers["content-type"] == "application/problem+json"
 
 
 async def test_invalid_json_is_a_422_problem(running: Running) -> None:
@@ -110,6 +145,7 @@ async def test_wrong_method_is_a_405_problem(running: Running) -> None:
     resp = await running.client.delete("/v1/recall")
     assert resp.status_code == 405
     assert resp.json()["code"] == "method_not_allowed"
+    assert resp.headers["allow"] == "POST"
 
 
 async def test_health_and_readiness_report_each_dependency(running: Running) -> None:
