@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -70,7 +71,7 @@ def problem(
     title: str,
     detail: str,
     errors: list[dict[str, Any]] | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> ProblemResponse:
     body: dict[str, Any] = {
         "type": f"urn:strata:problem:{code}",
