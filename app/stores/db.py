@@ -57,10 +57,14 @@ def _tune_sqlite(engine: AsyncEngine, *, readonly: bool) -> None:
             cur.execute("PRAGMA query_only=ON")
         cur.close()
 
+    if readonly:
+        # Reads run in autocommit: each statement sees a consistent WAL snapshot, takes no
+        # lock a writer waits on, and costs no BEGIN/COMMIT round trips to the driver thread.
+        return
+
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        # A read sees one WAL snapshot and takes no lock a writer waits on.
-        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
