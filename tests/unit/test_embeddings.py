@@ -1,0 +1,72 @@
+"""The OpenAI-compatible embedding provider, against httpx.MockTransport."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from app.errors import ProviderTimeout, Unavailable
+from app.providers.embeddings import OpenAIEmbedder
+
+
+def embedder(handler: httpx.MockTransport, dim: int = 3) -> OpenAIEmbedder:
+    client = httpx.AsyncClient(transport=handler, base_url="http://embeddings.test")
+    return OpenAIEmbedder(client, model="tiny", dim=dim, retries=2)
+
+
+async def test_vectors_come_back_in_input_order_and_in_batches() -> None:
+    seen: list[list[str]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert request.url.path == "/v1/embeddings"
+        assert body["model"] == "tiny"
+        seen.append(body["input"])
+        data = [
+            {"index": i, "embedding": [float(len(t)), 0.0, 1.0]}
+            for i, t in enumerate(body["input"])
+        ]
+        return httpx.Response(200, json={"data": list(reversed(data))})
+
+    e = embedder(httpx.MockTransport(handle))
+    e.batch_size = 2
+    vectors = await e.embed(["a", "bbb", "cc"])
+    assert [v[0] for v in vectors] == [1.0, 3.0, 2.0]
+    assert seen == [["a", "bbb"], ["cc"]]
+    await e.close()
+
+
+async def test_server_errors_are_retried_then_reported() -> None:
+    calls = 0
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            return httpx.Response(503)
+        return httpx.Response(200, json={"data": [{"index": 0, "embedding": [1.0, 2.0, 3.0]}]})
+
+    assert await embedder(httpx.MockTransport(flaky)).embed(["x"]) == [[1.0, 2.0, 3.0]]
+    assert calls == 3
+
+    down = embedder(httpx.MockTransport(lambda r: httpx.Response(500)))
+    with pytest.raises(Unavailable):
+        await down.embed(["x"])
+
+
+async def test_wrong_shapes_and_timeouts_are_errors_not_garbage() -> None:
+    short = embedder(
+        httpx.MockTransport(
+            lambda r: httpx.Response(200, json={"data": [{"index": 0, "embedding": [1.0]}]})
+        )
+    )
+    with pytest.raises(Unavailable, match="wrong shape"):
+        await short.embed(["x"])
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("too slow", request=request)
+
+    with pytest.raises(ProviderTimeout):
+        await embedder(httpx.MockTransport(slow)).embed(["x"])
