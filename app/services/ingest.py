@@ -200,10 +200,10 @@ class IngestService:
             for r in rows
         ]
         try:
-            await self.r.buffer.push(tenant_id, session_id, entries)
-            await self.r.buffer.wake_workers()
+            await self.r.buffer.push(tenant_id, session_id, entries, wake=True)
         except Exception:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
+            # The workers' poll still finds the backlog; a wake-up only saves the wait.
 
     async def _wait_indexed(self, tenant_id: str, session_id: str, target: int) -> int:
         """Poll the watermark until it reaches `target` or the wait times out.

@@ -29,9 +29,15 @@ class Buffer:
         self.ttl = ttl_seconds
 
     async def push(
-        self, tenant_id: str, session_id: str, messages: Sequence[dict[str, Any]]
+        self,
+        tenant_id: str,
+        session_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        wake: bool = False,
     ) -> None:
-        """Add messages (each with `seq`), keep the newest `window`, refresh the TTL."""
+        """Add messages (each with `seq`), keep the newest `window`, refresh the TTL, and
+        with `wake` tell the workers, all in one round trip."""
         if not messages:
             return
         key = _window_key(tenant_id, session_id)
@@ -40,6 +46,8 @@ class Buffer:
             pipe.zadd(key, mapping)
             pipe.zremrangebyrank(key, 0, -(self.window + 1))
             pipe.expire(key, self.ttl)
+            if wake:
+                pipe.publish(WAKE_CHANNEL, b"1")
             await pipe.execute()
 
     async def replace(
@@ -65,9 +73,6 @@ class Buffer:
 
     async def drop(self, tenant_id: str, session_id: str) -> None:
         await self.redis.delete(_window_key(tenant_id, session_id))
-
-    async def wake_workers(self) -> None:
-        await self.redis.publish(WAKE_CHANNEL, b"1")
 
     def wake_listener(self) -> WakeListener:
         return WakeListener(self.redis)
