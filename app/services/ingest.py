@@ -70,22 +70,21 @@ class IngestService:
         """Create or update; returns (session, created)."""
         now = datetime.now(UTC)
         async with self.r.db.transaction() as tx:
-            row = await session_store.get(tx, tenant_id, session_id, for_update=True)
-            if row is not None and row.user_id != body.user_id:
+            row, created = await session_store.create_or_lock(
+                tx,
+                tenant_id=tenant_id,
+                session_id=session_id,
+                user_id=body.user_id,
+                system_prompt=body.system_prompt,
+                metadata=body.metadata,
+                now=now,
+            )
+            if row.user_id != body.user_id:
                 raise Conflict(
                     f"session {session_id!r} belongs to another user", code="session_user_conflict"
                 )
-            await session_store.ensure_user(tx, tenant_id, body.user_id, now)
-            if row is None:
-                row = await session_store.create(
-                    tx,
-                    tenant_id=tenant_id,
-                    session_id=session_id,
-                    user_id=body.user_id,
-                    system_prompt=body.system_prompt,
-                    metadata=body.metadata,
-                    now=now,
-                )
+            if created:
+                await session_store.ensure_user(tx, tenant_id, body.user_id, now)
                 return session_out(row), True
             fields = body.model_fields_set
             if "system_prompt" in fields:
@@ -130,20 +129,19 @@ class IngestService:
     ) -> IngestResponse:
         now = datetime.now(UTC)
         async with self.r.db.transaction() as tx:
-            session = await session_store.get(tx, tenant_id, session_id, for_update=True)
-            if session is None:
-                await session_store.ensure_user(tx, tenant_id, body.user_id, now)
-                session = await session_store.create(
-                    tx,
-                    tenant_id=tenant_id,
-                    session_id=session_id,
-                    user_id=body.user_id,
-                    system_prompt=None,
-                    metadata={},
-                    now=now,
-                )
-            elif session.user_id != body.user_id:
+            session, created = await session_store.create_or_lock(
+                tx,
+                tenant_id=tenant_id,
+                session_id=session_id,
+                user_id=body.user_id,
+                system_prompt=None,
+                metadata={},
+                now=now,
+            )
+            if session.user_id != body.user_id:
                 raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
+            if created:
+                await session_store.ensure_user(tx, tenant_id, body.user_id, now)
 
             client_ids = [m.id for m in body.messages if m.id is not None]
             seen = await message_store.existing_client_ids(tx, tenant_id, session_id, client_ids)

@@ -35,7 +35,7 @@ async def get(
     return (await tx.execute(stmt)).scalar_one_or_none()
 
 
-async def create(
+async def create_or_lock(
     tx: AsyncSession,
     *,
     tenant_id: str,
@@ -44,21 +44,32 @@ async def create(
     system_prompt: str | None,
     metadata: dict[str, Any],
     now: datetime,
-) -> Session:
-    row = Session(
-        tenant_id=tenant_id,
-        id=session_id,
-        user_id=user_id,
-        system_prompt=system_prompt,
-        metadata_=metadata,
-        last_seq=0,
-        indexed_seq=0,
-        created_at=now,
-        updated_at=now,
+) -> tuple[Session, bool]:
+    """The session row, locked for this transaction, created if missing: (row, created).
+
+    INSERT .. ON CONFLICT DO NOTHING first, then SELECT .. FOR UPDATE: two first writes to
+    a new session race on the insert, not on a lock of a row that does not exist yet.
+    """
+    stmt = (
+        _insert(tx, Session)
+        .values(
+            tenant_id=tenant_id,
+            id=session_id,
+            user_id=user_id,
+            system_prompt=system_prompt,
+            metadata_=metadata,
+            last_seq=0,
+            indexed_seq=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["tenant_id", "id"])
+        .returning(Session.id)
     )
-    tx.add(row)
-    await tx.flush()
-    return row
+    created = (await tx.execute(stmt)).first() is not None
+    row = await get(tx, tenant_id, session_id, for_update=True)
+    assert row is not None  # inserted above, or already there; deletes wait for our lock
+    return row, created
 
 
 async def delete(tx: AsyncSession, tenant_id: str, session_id: str) -> None:

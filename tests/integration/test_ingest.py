@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -162,3 +163,29 @@ async def test_a_5000_turn_import_is_fully_searchable(
         found = await recall(running, user, f"topic{i}", top_k=3)
         # Its neighbours index it as context, so it is among the first, not always first.
         assert f"t{i}" in [r["sources"][0]["message_id"] for r in found], i
+
+
+async def test_concurrent_first_writes_to_a_new_session(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    posts = [
+        running.client.post(
+            f"/v1/sessions/{session}/messages",
+            json={"user_id": user, "messages": [turn(f"parallel {i}", id=f"p{i % 4}")]},
+        )
+        for i in range(8)
+    ]
+    answers = await asyncio.gather(*posts)
+    assert [a.status_code for a in answers] == [202] * 8
+    assert sum(a.json()["accepted"] for a in answers) == 4  # ids repeat: p0..p3
+    state = await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})
+    assert state.json()["last_seq"] == 4
+
+    other = ids("racer")
+    puts = [
+        running.client.put(f"/v1/sessions/{other}", json={"user_id": f"{user}-{i}"})
+        for i in range(4)
+    ]
+    codes = sorted(a.status_code for a in await asyncio.gather(*puts))
+    assert codes == [201, 409, 409, 409]
