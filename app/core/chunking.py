@@ -54,9 +54,11 @@ class Chunk:
     importance: float
 
 
-def memory_id(tenant_id: str, session_id: str, seq: int) -> uuid.UUID:
-    """Deterministic: promoting the same message twice names the same memory."""
-    return uuid.uuid5(MEMORY_NAMESPACE, f"{tenant_id}\x1f{session_id}\x1f{seq}")
+def memory_id(tenant_id: str, session_id: str, incarnation: str, seq: int) -> uuid.UUID:
+    """Deterministic: promoting the same message twice names the same memory. The session's
+    `incarnation` (its creation time) keeps a deleted and re-created session id from
+    colliding with what its predecessor left anywhere."""
+    return uuid.uuid5(MEMORY_NAMESPACE, f"{tenant_id}\x1f{session_id}\x1f{incarnation}\x1f{seq}")
 
 
 def source_of(message: LogMessage) -> dict[str, Any]:
@@ -69,6 +71,7 @@ def source_of(message: LogMessage) -> dict[str, Any]:
 
 def chunk_turns(
     tenant_id: str,
+    incarnation: str,
     context: Sequence[LogMessage],
     new: Sequence[LogMessage],
     *,
@@ -85,7 +88,7 @@ def chunk_turns(
         sparse_before = history[-sparse_context:] if sparse_context else []
         chunks.append(
             Chunk(
-                id=memory_id(tenant_id, message.session_id, message.seq),
+                id=memory_id(tenant_id, message.session_id, incarnation, message.seq),
                 content=message.line,
                 dense_context=[m.line for m in dense_before],
                 sparse_context=[m.line for m in sparse_before],

@@ -100,8 +100,10 @@ class IngestService:
             return session_out(await self._owned(tx, tenant_id, session_id, user_id))
 
     @staticmethod
-    async def _owned(tx: Any, tenant_id: str, session_id: str, user_id: str) -> Session:
-        row = await session_store.get(tx, tenant_id, session_id)
+    async def _owned(
+        tx: Any, tenant_id: str, session_id: str, user_id: str, *, lock: bool = False
+    ) -> Session:
+        row = await session_store.get(tx, tenant_id, session_id, for_update=lock)
         if row is None or row.user_id != user_id:
             raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
         return row
@@ -110,14 +112,15 @@ class IngestService:
         """The session, its log, its window, and the memories derived only from it."""
         now = datetime.now(UTC)
         async with self.r.db.transaction() as tx:
-            await self._owned(tx, tenant_id, session_id, user_id)
+            # The lock makes a worker promoting this session wait, then find it gone.
+            await self._owned(tx, tenant_id, session_id, user_id, lock=True)
             gone, kept = await memory_store.detach_session(tx, tenant_id, user_id, session_id, now)
             count = await message_store.delete_session(tx, tenant_id, session_id)
             await session_store.delete(tx, tenant_id, session_id)
             # The index follows the canonical rows inside the transaction: if Qdrant is down,
             # nothing is deleted and the caller may retry.
-            await self.r.vectors.delete(gone)
             await self.r.vectors.set_payload(kept)
+            await self.r.vectors.delete(gone)
         try:
             await self.r.buffer.drop(tenant_id, session_id)
         except Exception:  # the window expires by TTL anyway

@@ -145,6 +145,7 @@ class Promoter:
             new = [m for m in log_messages if m.seq > cursor]
             chunks = chunk_turns(
                 claim.tenant_id,
+                claim.incarnation,
                 context,
                 new,
                 dense_context=self.settings.dense_context_turns,
@@ -298,45 +299,23 @@ class Promoter:
                 }
             )
 
-        # Merges into memories that already exist: grow their sources, move created_at.
-        payload_updates: list[tuple[Any, dict[str, Any]]] = []
-        merged_rows: dict[Any, Any] = {}
+        # Merges into memories that already exist: what each gains (applied under a row
+        # lock in the transaction below, to the row as it is then, not as read earlier).
+        gains: dict[Any, tuple[list[dict[str, Any]], datetime, str]] = {}
         for merge in merges:
             if isinstance(merge.target, int):
                 continue
-            target = merge.target
-            have = {(s["session_id"], s["seq"]) for s in target.sources}
-            add = [s for s in merge.chunk.sources if (s["session_id"], s["seq"]) not in have]
-            if not add:
-                continue
-            old = {"sources": list(target.sources), "created_at": target.created_at.isoformat()}
-            target.sources = [*target.sources, *add]
-            target.created_at = max(target.created_at, merge.chunk.created_at)
-            target.updated_at = now
-            merged_rows[target.id] = target
-            events.append(
-                {
-                    "tenant_id": tenant_id,
-                    "user_id": user_id,
-                    "memory_id": target.id,
-                    "event": "updated",
-                    "old_value": old,
-                    "new_value": {
-                        "sources": target.sources,
-                        "created_at": target.created_at.isoformat(),
-                    },
-                    "reason": "near-duplicate merged: " + merge.chunk.content[:200],
-                    "created_at": now,
-                }
-            )
-        for target in merged_rows.values():
-            payload_updates.append(
-                (target.id, {"sources": target.sources, "created_at": epoch(target.created_at)})
+            sources, newest_at, why = gains.get(merge.target.id, ([], merge.chunk.created_at, ""))
+            gains[merge.target.id] = (
+                sources + merge.chunk.sources,
+                max(newest_at, merge.chunk.created_at),
+                why or merge.chunk.content[:200],
             )
 
-        # Index first (idempotent), then the canonical rows and the watermark atomically.
+        # Index first (idempotent: deterministic ids), then the canonical rows and the
+        # watermark atomically, under the lease.
         await self.r.vectors.upsert(points)
-        await self.r.vectors.set_payload(payload_updates)
+        payload_updates: list[tuple[Any, dict[str, Any]]] = []
         try:
             async with self.r.db.transaction() as tx:
                 if not await session_store.advance_watermark(
@@ -350,17 +329,62 @@ class Promoter:
                 ):
                     raise _LeaseLost
                 inserted = await memory_store.insert_many(tx, rows)
-                for target in merged_rows.values():
+                live = await memory_store.lock_live(tx, list(gains))
+                if len(live) != len(gains):
+                    raise _Stale  # a merge target was deleted meanwhile: redo the batch
+                for target in live:
+                    added, newest_at, why = gains[target.id]
+                    have = {(x["session_id"], x["seq"]) for x in target.sources}
+                    fresh_sources = [x for x in added if (x["session_id"], x["seq"]) not in have]
+                    if not fresh_sources:
+                        continue
+                    sources = [*target.sources, *fresh_sources]
+                    created_at = max(target.created_at, newest_at)
                     await memory_store.save_merge(
-                        tx, target.id, sources=target.sources, created_at=target.created_at, now=now
+                        tx, target.id, sources=sources, created_at=created_at, now=now
+                    )
+                    payload_updates.append(
+                        (target.id, {"sources": sources, "created_at": epoch(created_at)})
+                    )
+                    events.append(
+                        {
+                            "tenant_id": tenant_id,
+                            "user_id": user_id,
+                            "memory_id": target.id,
+                            "event": "updated",
+                            "old_value": {
+                                "sources": target.sources,
+                                "created_at": target.created_at.isoformat(),
+                            },
+                            "new_value": {"sources": sources, "created_at": created_at.isoformat()},
+                            "reason": "near-duplicate merged: " + why,
+                            "created_at": now,
+                        }
                     )
                 # A replayed batch re-inserts nothing, so it must not re-log "created" either.
                 await memory_store.add_events(
                     tx, [e for e in events if e["event"] != "created" or e["memory_id"] in inserted]
                 )
-        except _LeaseLost:
+        except _Stale:
             return False
+        except _LeaseLost:
+            await self._forget_points_of_gone_session(claim, [p.id for p in points])
+            return False
+        await self.r.vectors.set_payload(payload_updates)
         return True
+
+    async def _forget_points_of_gone_session(self, claim: Claim, ids: list[Any]) -> None:
+        """A session deleted while its batch was promoted: the points just written must go
+        too, or recall would keep returning what the caller erased. (When another worker
+        took the lease instead, it writes these same ids, so they stay.)"""
+        async with self.r.db.read() as tx:
+            session = await session_store.get(tx, claim.tenant_id, claim.session_id)
+        if session is None or session.created_at.isoformat() != claim.incarnation:
+            await self.r.vectors.delete(ids)
+
+
+class _Stale(Exception):
+    """Rolls back a batch whose merge target changed under it; the next pass redoes it."""
 
 
 class _LeaseLost(Exception):

@@ -191,20 +191,27 @@ def _mentions_session(tx: AsyncSession, session_id: str) -> sa.ColumnElement[boo
 async def detach_session(
     tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, now: datetime
 ) -> tuple[list[uuid.UUID], list[tuple[uuid.UUID, dict[str, Any]]]]:
-    """Forget what was derived from a session: memories sourced only from it are deleted;
-    those also sourced elsewhere lose this session's sources. Returns (deleted ids,
-    (id, payload) updates for the index)."""
+    """Forget what was derived from a session: memories sourced only from it are erased
+    (with their audit trail); those also sourced elsewhere lose this session's sources.
+    Returns (erased ids, (id, payload) updates for the index)."""
+    # Soft-deleted rows too: their audit trail quotes the session's content.
     stmt = sa.select(Memory).where(
         Memory.tenant_id == tenant_id,
         Memory.user_id == user_id,
-        Memory.deleted_at.is_(None),
         sa.or_(Memory.session_id == session_id, _mentions_session(tx, session_id)),
     )
     gone: list[uuid.UUID] = []
     kept: list[tuple[uuid.UUID, dict[str, Any]]] = []
     for row in (await tx.execute(stmt)).scalars():
         remaining = [s for s in row.sources if s.get("session_id") != session_id]
-        if remaining:
+        if not row.sources and row.deleted_at is None:
+            # Written by the caller and filed under the session, not derived from its
+            # messages: it stays, no longer filed there.
+            row.session_id = None
+            row.updated_at = now
+            kept.append((row.id, {"session_id": ""}))
+            continue
+        if remaining and row.deleted_at is None:
             row.sources = remaining
             if row.session_id == session_id:
                 row.session_id = remaining[0]["session_id"]
@@ -220,6 +227,19 @@ async def detach_session(
             await tx.execute(sa.delete(Memory).where(Memory.id.in_(ids)))
     await tx.flush()
     return gone, kept
+
+
+async def lock_live(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:
+    """The memories among `ids` that are not deleted, locked for this transaction."""
+    if not ids:
+        return []
+    stmt = (
+        sa.select(Memory)
+        .where(Memory.id.in_(ids), Memory.deleted_at.is_(None))
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return list((await tx.execute(stmt)).scalars().all())
 
 
 async def save_merge(

@@ -85,6 +85,7 @@ class Claim:
     user_id: str
     indexed_seq: int
     last_seq: int
+    incarnation: str  # the session's creation time: part of its memories' ids
 
 
 async def claim_backlog(
@@ -117,10 +118,12 @@ async def claim_backlog(
             sa.update(Session)
             .where(Session.tenant_id == tenant_id, Session.id == session_id)
             .values(lease_owner=owner, lease_expires_at=lease_until)
-            .returning(Session.user_id, Session.indexed_seq, Session.last_seq)
+            .returning(Session.user_id, Session.indexed_seq, Session.last_seq, Session.created_at)
         )
-        user_id, indexed_seq, last_seq = result.one()
-        claims.append(Claim(tenant_id, session_id, user_id, indexed_seq, last_seq))
+        user_id, indexed_seq, last_seq, created_at = result.one()
+        claims.append(
+            Claim(tenant_id, session_id, user_id, indexed_seq, last_seq, created_at.isoformat())
+        )
     return claims
 
 

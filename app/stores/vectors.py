@@ -72,7 +72,10 @@ class VectorIndex(Protocol):
     async def ensure_collection(self) -> None: ...
     async def upsert(self, points: Sequence[VectorPoint]) -> None: ...
     async def delete(self, ids: Sequence[uuid.UUID]) -> None: ...
-    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, dict[str, Any]]]) -> None: ...
+    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, dict[str, Any]]]) -> None:
+        """Merge payload keys into points; points that do not exist are skipped."""
+        ...
+
     async def search(self, query: VectorQuery) -> list[VectorHit]: ...
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]: ...
     async def ping(self) -> float: ...
@@ -171,11 +174,23 @@ class QdrantServerIndex:
     async def set_payload(self, updates: Sequence[tuple[uuid.UUID, dict[str, Any]]]) -> None:
         if not updates:
             return
+        # A point may be gone (deleted meanwhile); the rest still gets its update.
+        found = await self._call(
+            self.client.retrieve(
+                self.collection,
+                [str(pid) for pid, _ in updates],
+                with_payload=False,
+                with_vectors=False,
+            )
+        )
+        present = {str(r.id) for r in found}
         ops = [
             qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=payload, points=[str(pid)]))
             for pid, payload in updates
+            if str(pid) in present
         ]
-        await self._call(self.client.batch_update_points(self.collection, ops, wait=True))
+        if ops:
+            await self._call(self.client.batch_update_points(self.collection, ops, wait=True))
 
     def _filter(self, q: VectorQuery) -> qm.Filter:
         must: list[qm.Condition] = []
@@ -344,7 +359,11 @@ class QdrantEdgeIndex:
 
         def apply() -> None:
             for pid, payload in updates:
-                self._shard.update(qe.UpdateOperation.set_payload([pid], payload))
+                try:
+                    self._shard.update(qe.UpdateOperation.set_payload([pid], payload))
+                except Exception as exc:  # a point deleted meanwhile; the rest goes on
+                    if "No point with id" not in str(exc):
+                        raise
 
         await self._run(apply)
 

@@ -96,3 +96,58 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(idle_app: Running) -
     slow = Promoter(idle_app.resources, "slow")
     assert await slow.promote(claim) == 0
     assert await counts(idle_app, session) == (0, 0, 0)
+
+
+async def test_a_session_deleted_mid_promotion_leaves_nothing_searchable(
+    idle_app: Running,
+) -> None:
+    user, session = "u-erase", "s-erase"
+    await post_messages(idle_app, session, user, [turn("my hint is purple elephant")], wait=False)
+    vectors = idle_app.resources.vectors
+    real_upsert = vectors.upsert
+
+    async def upsert_then_delete_session(points: Any) -> None:
+        # Fault injection: the caller erases the session between the index write and the
+        # commit of the rows (the real stores do all the work).
+        await real_upsert(points)
+        resp = await idle_app.client.delete(f"/v1/sessions/{session}", params={"user_id": user})
+        assert resp.status_code == 200
+
+    vectors.upsert = upsert_then_delete_session  # type: ignore[method-assign]
+    try:
+        assert await Promoter(idle_app.resources, "w").run_once() == 0
+    finally:
+        vectors.upsert = real_upsert  # type: ignore[method-assign]
+    found = await idle_app.client.post(
+        "/v1/recall", json={"user_id": user, "query": "purple elephant", "reinforce": False}
+    )
+    assert found.json()["results"] == []
+
+
+async def test_a_reused_session_id_is_indexed_afresh(idle_app: Running) -> None:
+    session = "s-reused"
+    await post_messages(
+        idle_app, session, "first", [turn("durian is smelly"), turn("ok")], wait=False
+    )
+    promoter = Promoter(idle_app.resources, "w")
+    await promoter.run_once()
+    listed = await idle_app.client.get("/v1/memories", params={"user_id": "first"})
+    mid = listed.json()["items"][0]["id"]
+    await idle_app.client.delete(f"/v1/memories/{mid}", params={"user_id": "first"})
+    await idle_app.client.delete(f"/v1/sessions/{session}", params={"user_id": "first"})
+
+    await post_messages(
+        idle_app, session, "second", [turn("durian again"), turn("fine")], wait=False
+    )
+    await promoter.run_once()
+    found = await idle_app.client.post(
+        "/v1/recall", json={"user_id": "second", "query": "durian", "reinforce": False}
+    )
+    assert [r["content"] for r in found.json()["results"]][:1] == ["user: durian again"]
+    assert (await counts(idle_app, session))[0] == 2
+    # The first user's erased session left nothing behind, not even soft-deleted rows.
+    async with idle_app.resources.db.read() as tx:
+        leftovers = await tx.scalar(
+            sa.select(sa.func.count()).select_from(Memory).where(Memory.user_id == "first")
+        )
+    assert leftovers == 0

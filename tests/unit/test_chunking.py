@@ -19,7 +19,7 @@ def msg(seq: int, content: str, role: str = "user", name: str | None = None) -> 
 
 def test_a_turn_is_indexed_with_the_turns_before_it() -> None:
     history = [msg(1, "Did you go to the concert?", "assistant", "Mel"), msg(2, "Yes, loved it!")]
-    [first, second] = chunk_turns("t", [], history, dense_context=1, sparse_context=2)
+    [first, second] = chunk_turns("t", "i0", [], history, dense_context=1, sparse_context=2)
     assert second.content == "user: Yes, loved it!"
     assert second.dense_context == ["Mel: Did you go to the concert?"]
     assert second.sparse_context == ["Mel: Did you go to the concert?"]
@@ -30,6 +30,7 @@ def test_a_turn_is_indexed_with_the_turns_before_it() -> None:
 def test_system_messages_are_not_memories_nor_context() -> None:
     chunks = chunk_turns(
         "t",
+        "i0",
         [],
         [msg(1, "hi"), msg(2, "You are terse.", "system"), msg(3, "bye")],
         dense_context=1,
@@ -41,25 +42,27 @@ def test_system_messages_are_not_memories_nor_context() -> None:
 
 def test_messages_without_client_id_get_a_seq_source() -> None:
     m = LogMessage("s1", 7, None, "user", "x", T0, {})
-    [chunk] = chunk_turns("t", [], [m], dense_context=0, sparse_context=0)
+    [chunk] = chunk_turns("t", "i0", [], [m], dense_context=0, sparse_context=0)
     assert chunk.sources == [{"session_id": "s1", "message_id": "seq:7", "seq": 7}]
 
 
 @given(st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=30), st.data())
 def test_chunks_do_not_depend_on_batch_boundaries(texts: list[str], data: st.DataObject) -> None:
     messages = [msg(i + 1, t, "user" if i % 2 else "assistant") for i, t in enumerate(texts)]
-    whole = chunk_turns("t", [], messages, dense_context=1, sparse_context=2)
+    whole = chunk_turns("t", "i0", [], messages, dense_context=1, sparse_context=2)
     cut = data.draw(st.integers(0, len(messages)))
-    split = chunk_turns("t", [], messages[:cut], dense_context=1, sparse_context=2) + chunk_turns(
-        "t", messages[:cut], messages[cut:], dense_context=1, sparse_context=2
-    )
+    split = chunk_turns(
+        "t", "i0", [], messages[:cut], dense_context=1, sparse_context=2
+    ) + chunk_turns("t", "i0", messages[:cut], messages[cut:], dense_context=1, sparse_context=2)
     assert split == whole
 
 
 def test_ids_are_deterministic_and_scoped() -> None:
-    assert memory_id("t", "s", 1) == memory_id("t", "s", 1)
-    assert memory_id("t", "s", 1) != memory_id("t", "s", 2)
-    assert memory_id("t", "s", 1) != memory_id("u", "s", 1)
+    assert memory_id("t", "s", "i0", 1) == memory_id("t", "s", "i0", 1)
+    assert memory_id("t", "s", "i0", 1) != memory_id("t", "s", "i0", 2)
+    assert memory_id("t", "s", "i0", 1) != memory_id("u", "s", "i0", 1)
+    # A re-created session (another incarnation) never reuses its predecessor's ids.
+    assert memory_id("t", "s", "i0", 1) != memory_id("t", "s", "i1", 1)
 
 
 def test_heuristic_importance_ranks_durable_facts_above_chatter() -> None:
