@@ -56,7 +56,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             finally:
                 stop.set()
                 if worker is not None:
-                    await worker
+                    try:
+                        await worker
+                    except Exception:  # logged; shutdown goes on to flush what it can
+                        logging.getLogger("strata").exception("worker ended with an error")
                 await recall_service.drain()
 
     app = FastAPI(

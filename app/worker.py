@@ -14,6 +14,7 @@ import uuid
 from app.resources import Resources, open_resources
 from app.services.promotion import Promoter
 from app.settings import Settings
+from app.stores.buffer import WakeListener
 
 log = logging.getLogger("strata.worker")
 
@@ -30,22 +31,32 @@ async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 done = await promoter.run_once()
+                if resources.settings.worker_heartbeat_file is not None:
+                    resources.settings.worker_heartbeat_file.touch()
             except Exception:
                 log.exception("promotion pass failed; retrying")
                 done = 0
                 await _sleep_or_stop(stop, poll)
-            if resources.settings.worker_heartbeat_file is not None:
-                resources.settings.worker_heartbeat_file.touch()
             if done == 0 and not stop.is_set():
-                waiter = asyncio.ensure_future(listener.wait(poll))
-                stopper = asyncio.ensure_future(stop.wait())
-                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (waiter, stopper):
-                    task.cancel()
-                await asyncio.gather(waiter, stopper, return_exceptions=True)
+                await _wait_for_work(listener, stop, poll)
     finally:
-        await listener.close()
+        with contextlib.suppress(Exception):
+            await listener.close()
         log.info("worker %s stopped", owner)
+
+
+async def _wait_for_work(listener: WakeListener, stop: asyncio.Event, poll: float) -> None:
+    """Until a wake-up, `stop`, or the poll interval. If the buffer is down the wake-ups
+    are lost, not the work: wait out the interval instead of spinning."""
+    waiter = asyncio.ensure_future(listener.wait(poll))
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (waiter, stopper):
+        task.cancel()
+    await asyncio.gather(waiter, stopper, return_exceptions=True)
+    if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
+        log.warning("wake-up channel unavailable: %s", waiter.exception())
+        await _sleep_or_stop(stop, poll)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

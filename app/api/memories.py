@@ -28,7 +28,7 @@ CursorQuery = Annotated[str | None, Query(max_length=512, description="from `nex
     summary="Store a memory",
     status_code=status.HTTP_201_CREATED,
     response_model=MemoryOut,
-    responses=problem_responses(400, 401, 422, 503),
+    responses=problem_responses(400, 401, 404, 422, 503),
 )
 async def create_memory(body: MemoryCreate, tenant: TenantDep, memories: MemoryDep) -> MemoryOut:
     return await memories.create(tenant, body)

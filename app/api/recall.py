@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1", tags=["recall"])
     description="Hybrid search (dense + BM25 terms, fused with RRF), then "
     "`score = α·semantic + β·recency + γ·importance`, each term in [0, 1].",
     response_model=RecallResponse,
-    responses=problem_responses(400, 401, 422, 503),
+    responses=problem_responses(400, 401, 404, 422, 503),
 )
 async def recall(body: RecallRequest, tenant: TenantDep, service: RecallDep) -> RecallResponse:
     return await service.recall(tenant, body)

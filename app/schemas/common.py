@@ -67,10 +67,18 @@ def _metadata(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # e.g. year 1 with a positive offset
+        raise ValueError("is out of the supported range") from exc
+
+
 def _not_future(value: datetime) -> datetime:
-    if value - datetime.now(UTC) > MAX_FUTURE:
+    utc = _utc(value)
+    if utc - datetime.now(UTC) > MAX_FUTURE:
         raise ValueError("must not lie more than 5 minutes in the future")
-    return value.astimezone(UTC)
+    return utc
 
 
 Content = Annotated[
@@ -80,6 +88,8 @@ Query = Annotated[
     str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_not_blank)
 ]
 EventTime = Annotated[AwareDatetime, AfterValidator(_not_future)]
+InstantTime = Annotated[AwareDatetime, AfterValidator(_utc)]
+"""A time with an offset; stored as UTC."""
 """A time with an offset, at most 5 minutes ahead; stored as UTC."""
 
 Metadata = Annotated[
@@ -92,6 +102,11 @@ FilterValue = Annotated[
     AfterValidator(lambda v: _text(v) if isinstance(v, str) else v),
 ]
 Text = Annotated[str, AfterValidator(_text)]
+MetadataKey = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$"),
+    Field(description="a top-level metadata key"),
+]
 """Free text that may be empty or blank, but must be storable."""
 
 

@@ -6,15 +6,24 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.common import EventTime, FilterValue, Identifier, Query, Source, StrictModel
+from app.schemas.common import (
+    EventTime,
+    FilterValue,
+    Identifier,
+    InstantTime,
+    MetadataKey,
+    Query,
+    Source,
+    StrictModel,
+)
 from app.schemas.memories import MemoryType
 
 
 class TimeRange(StrictModel):
-    from_: AwareDatetime | None = Field(default=None, alias="from")
-    to: AwareDatetime | None = None
+    from_: InstantTime | None = Field(default=None, alias="from")
+    to: InstantTime | None = None
 
     model_config = {"populate_by_name": True}
 
@@ -41,7 +50,7 @@ class RecallRequest(StrictModel):
     memory_types: list[MemoryType] | None = Field(default=None, min_length=1)
     kinds: list[Literal["memory", "summary"]] | None = Field(default=None, min_length=1)
     time_range: TimeRange | None = None
-    metadata: dict[str, FilterValue] | None = Field(default=None, max_length=16)
+    metadata: dict[MetadataKey, FilterValue] | None = Field(default=None, max_length=16)
     weights: ScoreWeights | None = None
     rewrite: Literal["auto", "off"] = "auto"
     as_of: EventTime | None = Field(

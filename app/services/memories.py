@@ -142,7 +142,9 @@ class MemoryService:
             if body.session_id is not None:
                 session = await session_store.get(tx, tenant_id, body.session_id)
                 if session is None or session.user_id != body.user_id:
-                    raise InvalidInput("session_id", "names no session of this user")
+                    raise NotFound(
+                        f"no session {body.session_id!r} for this user", code="session_not_found"
+                    )
             await session_store.ensure_user(tx, tenant_id, body.user_id, now)
             await memory_store.add(tx, row)
             await memory_store.add_events(
@@ -171,8 +173,13 @@ class MemoryService:
         if cursor:
             parts = decode_cursor(cursor)
             try:
-                after = (datetime.fromisoformat(parts[0]), uuid.UUID(parts[1]))
-            except (IndexError, TypeError, ValueError) as exc:
+                if len(parts) != 2 or not all(isinstance(p, str) for p in parts):
+                    raise ValueError(parts)
+                when, memory_id = datetime.fromisoformat(parts[0]), uuid.UUID(parts[1])
+                if when.tzinfo is None:
+                    raise ValueError(parts)
+                after = (when, memory_id)
+            except (ValueError, OverflowError) as exc:
                 raise InvalidInput("cursor", "is not a cursor this API returned") from exc
         async with self.r.db.read() as tx:
             rows = await memory_store.page(
@@ -246,7 +253,7 @@ class MemoryService:
         after_id = None
         if cursor:
             parts = decode_cursor(cursor)
-            if not parts or not isinstance(parts[0], int):
+            if len(parts) != 1 or type(parts[0]) is not int or not 0 <= parts[0] < 2**63:
                 raise InvalidInput("cursor", "is not a cursor this API returned")
             after_id = parts[0]
         async with self.r.db.read() as tx:

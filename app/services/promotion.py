@@ -111,6 +111,10 @@ class Promoter:
         for claim in claims:
             try:
                 done += await self.promote(claim)
+            except Exception:
+                # One failing session (a provider down, a bad row) must not hold up the
+                # others; its lease is released and the next pass retries it.
+                log.exception("promotion of session %s failed", claim.session_id)
             finally:
                 async with self.r.db.transaction() as tx:
                     await session_store.release_lease(

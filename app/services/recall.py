@@ -20,10 +20,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.core import scoring, terms
+from app.errors import NotFound
 from app.resources import Resources
 from app.schemas.common import Source
 from app.schemas.recall import RecallRequest, RecallResponse, RecallResult, Scores
 from app.stores import memories as memory_store
+from app.stores import sessions as session_store
 from app.stores.vectors import VectorHit, VectorQuery
 
 log = logging.getLogger("strata.recall")
@@ -48,6 +50,13 @@ class RecallService:
 
     async def recall(self, tenant_id: str, body: RecallRequest) -> RecallResponse:
         start = time.perf_counter()
+        if body.session_id is not None:
+            async with self.r.db.read() as tx:
+                session = await session_store.get(tx, tenant_id, body.session_id)
+            if session is None or session.user_id != body.user_id:
+                raise NotFound(
+                    f"no session {body.session_id!r} for this user", code="session_not_found"
+                )
         results = await self.search(
             tenant_id,
             body.user_id,
@@ -65,7 +74,7 @@ class RecallService:
             else None,
             as_of=body.as_of,
         )
-        if body.reinforce and results:
+        if body.reinforce and body.as_of is None and results:  # a replay changes nothing
             self.reinforce_later(tenant_id, body.user_id, [r.id for r in results])
         return RecallResponse(
             query=body.query,
@@ -172,39 +181,58 @@ class RecallService:
         return value
 
     def reinforce_later(self, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]) -> None:
-        """Count an access of each memory; written by the next flush. A lost flush only
-        under-counts; it never fails the recall that caused it."""
+        """Count an access of each memory; written by the next flush. A failed flush keeps
+        its counts for the one after; it never fails the recall that caused it."""
         self._pending.setdefault((tenant_id, user_id), Counter()).update(ids)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_soon())
 
     async def _flush_soon(self) -> None:
-        await asyncio.sleep(REINFORCE_FLUSH_SECONDS)
-        await self.flush()
+        # Counts that arrive while a flush runs are written by the next round of this loop.
+        while self._pending:
+            await asyncio.sleep(REINFORCE_FLUSH_SECONDS)
+            if not await self.flush():
+                return  # the store is failing: the next recall starts a new flusher
 
-    async def flush(self) -> None:
+    async def flush(self) -> bool:
+        """Write the pending counts; returns False if some had to be kept for later."""
         pending, self._pending = self._pending, {}
         now = datetime.now(UTC)
-        for (tenant_id, user_id), counts in pending.items():
-            try:
-                async with self.r.db.transaction() as tx:
-                    new = await memory_store.reinforce(tx, tenant_id, user_id, counts, now)
-                await self.r.vectors.set_payload(
-                    [
-                        (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
-                        for mid, n in new
-                    ]
-                )
+        ok = True
+        try:
+            while pending:
+                (tenant_id, user_id), counts = next(iter(pending.items()))
+                try:
+                    async with self.r.db.transaction() as tx:
+                        new = await memory_store.reinforce(tx, tenant_id, user_id, counts, now)
+                except Exception:
+                    log.warning("reinforcement of %d memories failed", len(counts), exc_info=True)
+                    ok = False
+                    break  # the store is failing; keep everything for a later flush
+                del pending[(tenant_id, user_id)]
                 self._max_access.pop((tenant_id, user_id), None)
-            except Exception:
-                log.warning("reinforcement of %d memories failed", len(counts), exc_info=True)
+                try:
+                    await self.r.vectors.set_payload(
+                        [
+                            (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
+                            for mid, n in new
+                        ]
+                    )
+                except Exception:  # the rows hold the counts; the index's copy lags a recall
+                    log.warning("index update after reinforcement failed", exc_info=True)
+        finally:
+            # Whatever was not written (failure, cancellation) waits for the next flush.
+            for key, counts in pending.items():
+                self._pending.setdefault(key, Counter()).update(counts)
+        return ok
 
     async def drain(self) -> None:
         """Write pending reinforcement now (shutdown, tests)."""
-        if self._flusher is not None and not self._flusher.done():
-            self._flusher.cancel()
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+                await flusher
         await self.flush()
 
 

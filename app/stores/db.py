@@ -115,11 +115,13 @@ class Database:
         return _Transaction(self._sessions)
 
     def read(self) -> _Transaction:
-        """A read-only snapshot (on SQLite it never waits for the write lock)."""
+        """Reads (on SQLite in autocommit, each statement its own snapshot, never waiting
+        for the write lock; on PostgreSQL a read-committed transaction)."""
         return _Transaction(self._reads)
 
     async def ping(self) -> float:
-        return await ping(self.engine)
+        # Through the reader: on SQLite a write-lock wait behind promotion is not an outage.
+        return await ping(self.reader)
 
     async def close(self) -> None:
         await self.engine.dispose()

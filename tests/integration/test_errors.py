@@ -107,6 +107,9 @@ async def test_invalid_json_is_a_422_problem(running: Running) -> None:
         ({"query": "x", "memory_types": ["dreams"]}, "memory_types"),
         ({"query": "x", "as_of": "2024-01-01"}, "as_of"),
         ({"query": "x", "surprise": True}, "surprise"),
+        ({"query": "x", "metadata": {"a b": 1}}, "metadata"),
+        ({"query": "x", "as_of": "0001-01-01T00:30:00+01:00"}, "as_of"),
+        ({"query": "x", "time_range": {"from": "0001-01-01T00:30:00+01:00"}}, "time_range"),
     ],
 )
 async def test_bad_recall_is_a_422_naming_the_field(

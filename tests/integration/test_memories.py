@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.services.memories import encode_cursor
 from tests.conftest import Running, recall
 
 
@@ -97,9 +98,21 @@ async def test_list_is_cursor_paginated_and_filtered_by_type(
     assert sorted(seen) == sorted(made)
     assert len(seen) == len(set(seen))
 
-    bad = await running.client.get("/v1/memories", params={"user_id": user, "cursor": "zz!"})
-    assert bad.status_code == 422
-    assert bad.json()["errors"][0]["field"] == "cursor"
+    forged = [
+        "zz!",
+        encode_cursor("2024-01-01T00:00:00", "00000000-0000-0000-0000-000000000000"),
+        encode_cursor("2024-01-01T00:00:00+00:00", 5),
+        encode_cursor(1, 2, 3),
+    ]
+    for cursor in forged:
+        bad = await running.client.get("/v1/memories", params={"user_id": user, "cursor": cursor})
+        assert bad.status_code == 422, cursor
+        assert bad.json()["errors"][0]["field"] == "cursor"
+    history = await running.client.get(
+        f"/v1/memories/{made[0]}/history",
+        params={"user_id": user, "cursor": encode_cursor(2**63)},
+    )
+    assert history.status_code == 422
 
 
 async def test_patch_rejects_null_and_unknown_session(
@@ -120,5 +133,5 @@ async def test_patch_rejects_null_and_unknown_session(
             "session_id": "no-such-session",
         },
     )
-    assert orphan.status_code == 422
-    assert orphan.json()["errors"][0]["field"] == "session_id"
+    assert orphan.status_code == 404
+    assert orphan.json()["code"] == "session_not_found"

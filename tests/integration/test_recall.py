@@ -145,3 +145,18 @@ async def test_memories_of_a_session_span_event_time(
     )
     found = await recall(running, user, "graduated")
     assert found[0]["created_at"] == "2019-06-01T12:00:00Z"
+
+
+async def test_recall_naming_another_users_session_is_404(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    owner, other, session = ids("owner"), ids("other"), ids("session")
+    await post_messages(running, session, owner, [turn("hello")], wait=False)
+    resp = await running.client.post(
+        "/v1/recall", json={"user_id": other, "query": "hello", "session_id": session}
+    )
+    assert resp.status_code == 404
+    mine = await running.client.post(
+        "/v1/recall", json={"user_id": owner, "query": "hello", "session_id": session}
+    )
+    assert mine.status_code == 200
