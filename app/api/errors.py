@@ -12,6 +12,9 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -59,8 +62,24 @@ class RequestIdMiddleware:
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
             await send(message)
 
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send_with_id(message)
+
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send_tracked)
+        except Exception as exc:
+            # Rendered here, inside the request id's scope, so even a 500 carries it.
+            log.exception("unhandled error", exc_info=exc)
+            if started:
+                raise
+            response = problem(
+                500, "internal_error", "Internal server error", "an unexpected error occurred"
+            )
+            await response(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
 
@@ -123,6 +142,24 @@ async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     return problem(exc.status_code, code, title, str(exc.detail), headers=exc.headers)
 
 
+async def _store_down(_: Request, exc: Exception) -> ProblemResponse:
+    if (
+        isinstance(exc, DBAPIError)
+        and not isinstance(exc, OperationalError | InterfaceError)
+        and not exc.connection_invalidated
+        and exc.statement is not None
+    ):
+        # A statement the database refused is our bug, not an outage.
+        log.exception("database error", exc_info=exc)
+        return problem(
+            500, "internal_error", "Internal server error", "an unexpected error occurred"
+        )
+    log.warning("store unavailable: %s", exc)
+    if isinstance(exc, RedisError):
+        return problem(503, "buffer_unavailable", "The buffer is unavailable", str(exc)[:200])
+    return problem(503, "database_unavailable", "The database is unavailable", type(exc).__name__)
+
+
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
     log.exception("unhandled error", exc_info=exc)
     return problem(500, "internal_error", "Internal server error", "an unexpected error occurred")
@@ -132,5 +169,8 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    # Outages of a store are 503s a client may retry, not 500s.
+    for exc_type in (DBAPIError, SATimeoutError, ConnectionError, RedisError):
+        app.add_exception_handler(exc_type, _store_down)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(RequestIdMiddleware)

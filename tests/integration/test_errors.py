@@ -183,3 +183,30 @@ async def test_api_key_is_required_when_configured(
         )
         assert right.status_code == 200
         assert right.json()["results"] == []
+
+
+async def test_a_database_outage_is_a_503_problem_with_the_request_id(
+    pg_databases: Any, start_app: Any
+) -> None:
+    import asyncpg
+
+    from tests.conftest import PG_ADMIN_DSN, full_settings
+
+    dsn = await pg_databases()
+    async with start_app(full_settings(dsn, worker_in_process=False)) as app:
+        ok = await app.client.put("/v1/sessions/s", json={"user_id": "u"})
+        assert ok.status_code == 201
+        conn = await asyncpg.connect(PG_ADMIN_DSN)
+        try:  # the database goes away under the running service
+            await conn.execute(f'DROP DATABASE "{dsn.rsplit("/", 1)[1]}" WITH (FORCE)')
+        finally:
+            await conn.close()
+        down = await app.client.get(
+            "/v1/sessions/s", params={"user_id": "u"}, headers={"X-Request-ID": "outage-1"}
+        )
+        assert down.status_code == 503
+        assert down.json()["code"] == "database_unavailable"
+        assert down.json()["request_id"] == "outage-1"
+        ready = await app.client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["database"]["ok"] is False
