@@ -78,7 +78,20 @@ def memory_payload(
         "last_accessed_at": epoch(last_accessed_at) if last_accessed_at else None,
         "sources": sources,
         "metadata": metadata,
+        "meta_filter": filterable(metadata),
     }
+
+
+def filterable(metadata: dict[str, Any]) -> dict[str, str | int]:
+    """The top-level scalar metadata as the index filters it: booleans as 0/1, because
+    Qdrant Edge 0.9 matches nothing on a boolean value."""
+    out: dict[str, str | int] = {}
+    for key, value in metadata.items():
+        if isinstance(value, bool):
+            out[key] = int(value)
+        elif isinstance(value, str | int):
+            out[key] = value
+    return out
 
 
 @dataclass(slots=True)

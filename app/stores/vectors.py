@@ -95,8 +95,8 @@ def _scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:
         conds.append(("memory_type", tuple(q.memory_types)))
     if q.kinds:
         conds.append(("kind", tuple(q.kinds)))
-    for key, value in q.metadata.items():
-        conds.append((f"metadata.{key}", int(value) if isinstance(value, bool) else value))
+    for key, value in q.metadata.items():  # see `filterable` in the promotion service
+        conds.append((f"meta_filter.{key}", int(value) if isinstance(value, bool) else value))
     return conds
 
 

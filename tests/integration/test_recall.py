@@ -24,7 +24,7 @@ async def test_filters_narrow_the_results(running: Running, ids: Callable[[str],
             "user_id": user,
             "content": "Hiking boots size 44",
             "memory_type": "semantic",
-            "metadata": {"topic": "gear", "rank": 2},
+            "metadata": {"topic": "gear", "rank": 2, "owned": True},
         },
     )
     assert note.status_code == 201
@@ -40,6 +40,9 @@ async def test_filters_narrow_the_results(running: Running, ids: Callable[[str],
     assert [r["content"] for r in gear] == ["Hiking boots size 44"]
     assert await recall(running, user, "hiking", metadata={"rank": 2}) == gear
     assert await recall(running, user, "hiking", metadata={"topic": "food"}) == []
+    assert await recall(running, user, "hiking", metadata={"owned": True}) == gear
+    assert await recall(running, user, "hiking", metadata={"owned": False}) == []
+    assert gear[0]["metadata"] == {"topic": "gear", "rank": 2, "owned": True}
 
     before_december = await recall(running, user, "hiking", as_of="2024-11-01T00:00:00Z")
     assert "b" not in [r["sources"][0]["message_id"] for r in before_december if r["sources"]]
