@@ -34,13 +34,22 @@ class ContextService:
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
-        recent = await self.ingest.recent(tenant_id, session, self.r.settings.buffer_window)
-        if body.as_of is not None:
-            recent = [m for m in recent if m.created_at <= body.as_of]
+        window = self.r.settings.buffer_window
+        if body.as_of is None:
+            recent = await self.ingest.recent(tenant_id, session, window)
+        else:  # a replay: the session as it stood then, from the log
+            recent = await self.ingest.recent_until(tenant_id, session_id, body.as_of, window)
 
         last_user = next(
             (i for i in range(len(recent) - 1, -1, -1) if recent[i].role == "user"), None
         )
+        if last_user is None and recent and recent[0].seq > 1:
+            # The user spoke before the window (a long run of tool and assistant turns):
+            # the last user message is still owed verbatim, ahead of the window.
+            earlier = await self.ingest.last_user_message(tenant_id, session_id, body.as_of)
+            if earlier is not None:
+                recent = [earlier, *recent]
+                last_user = 0
         query = body.query or (recent[last_user].content if last_user is not None else None)
 
         memories: list[RecallResult] = []

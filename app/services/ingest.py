@@ -237,6 +237,21 @@ class IngestService:
             next_cursor=str(rows[0].seq) if more and rows else None,
         )
 
+    async def recent_until(
+        self, tenant_id: str, session_id: str, until: datetime, n: int
+    ) -> list[MessageOut]:
+        """The newest `n` messages created at or before `until`, from the log (replays)."""
+        async with self.r.db.read() as tx:
+            rows = await message_store.newest_until(tx, tenant_id, session_id, until=until, limit=n)
+        return [message_out(r) for r in rows]
+
+    async def last_user_message(
+        self, tenant_id: str, session_id: str, until: datetime | None
+    ) -> MessageOut | None:
+        async with self.r.db.read() as tx:
+            row = await message_store.last_of_role(tx, tenant_id, session_id, "user", until=until)
+        return message_out(row) if row is not None else None
+
     async def recent(self, tenant_id: str, session: SessionOut, n: int) -> list[MessageOut]:
         """The session's newest `n` messages from the buffer, rebuilt from the log when the
         window is missing or behind (Redis flushed, evicted, or a push that failed)."""

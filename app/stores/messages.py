@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -72,3 +73,32 @@ async def delete_session(tx: AsyncSession, tenant_id: str, session_id: str) -> i
         sa.delete(Message).where(Message.tenant_id == tenant_id, Message.session_id == session_id)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def newest_until(
+    tx: AsyncSession, tenant_id: str, session_id: str, *, until: datetime, limit: int
+) -> list[Message]:
+    """The `limit` newest messages created at or before `until`, oldest first (replays)."""
+    stmt = (
+        sa.select(Message)
+        .where(
+            Message.tenant_id == tenant_id,
+            Message.session_id == session_id,
+            Message.created_at <= until,
+        )
+        .order_by(Message.seq.desc())
+        .limit(limit)
+    )
+    return list(reversed((await tx.execute(stmt)).scalars().all()))
+
+
+async def last_of_role(
+    tx: AsyncSession, tenant_id: str, session_id: str, role: str, *, until: datetime | None
+) -> Message | None:
+    stmt = sa.select(Message).where(
+        Message.tenant_id == tenant_id, Message.session_id == session_id, Message.role == role
+    )
+    if until is not None:
+        stmt = stmt.where(Message.created_at <= until)
+    stmt = stmt.order_by(Message.seq.desc()).limit(1)
+    return (await tx.execute(stmt)).scalar_one_or_none()

@@ -108,3 +108,38 @@ async def test_a_flushed_redis_loses_nothing(mode_app: Running, ids: Callable[[s
     assert await redis.zcard(key) == 6  # rebuilt
     listed = await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
     assert len(listed.json()["items"]) == 6
+
+
+async def test_replay_with_as_of_shows_the_session_as_it_stood(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    messages = [
+        turn(
+            f"message {i}",
+            role="user" if i % 2 == 0 else "assistant",
+            id=f"m{i}",
+            created_at=f"2024-01-01T{i // 60:02d}:{i % 60:02d}:00Z",
+        )
+        for i in range(150)
+    ]
+    await post_messages(running, session, user, messages, wait=False)
+    body = await context(running, session, user, as_of="2024-01-01T00:40:30Z", token_budget=400)
+    shown = [m["id"] for m in body["sections"]["recent_messages"]]
+    assert shown[-1] == "m40"  # the last user message as of then, verbatim
+    assert all(int(i[1:]) <= 40 for i in shown)
+
+
+async def test_the_last_user_message_survives_a_long_run_of_tool_turns(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    work = [turn(f"tool output {i}", role="tool") for i in range(120)]
+    await post_messages(
+        running, session, user, [turn("Please summarise the logs.", id="ask"), *work], wait=False
+    )
+    body = await context(running, session, user, token_budget=300)
+    recent = body["sections"]["recent_messages"]
+    assert recent[0]["id"] == "ask"
+    assert recent[-1]["content"] == "tool output 119"
+    assert body["tokens"]["total"] <= 300
