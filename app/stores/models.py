@@ -97,7 +97,13 @@ class Session(Base):
 
     __table_args__ = (
         sa.Index("ix_sessions_tenant_user", "tenant_id", "user_id"),
-        sa.Index("ix_sessions_pending", "last_seq", "indexed_seq"),
+        # The worker's backlog scan: only sessions with unindexed messages are in it.
+        sa.Index(
+            "ix_sessions_backlog",
+            "updated_at",
+            postgresql_where=sa.text("last_seq > indexed_seq"),
+            sqlite_where=sa.text("last_seq > indexed_seq"),
+        ),
     )
 
 

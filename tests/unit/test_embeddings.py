@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from app.errors import ProviderTimeout, Unavailable
+from app.errors import InvalidInput, ProviderTimeout, Unavailable
 from app.providers.embeddings import OpenAIEmbedder
 
 
@@ -54,6 +54,20 @@ async def test_server_errors_are_retried_then_reported() -> None:
     down = embedder(httpx.MockTransport(lambda r: httpx.Response(500)))
     with pytest.raises(Unavailable):
         await down.embed(["x"])
+
+
+async def test_a_refused_input_is_not_retried() -> None:
+    calls = 0
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(400, json={"error": "too many tokens"})
+
+    with pytest.raises(InvalidInput) as caught:
+        await embedder(httpx.MockTransport(refuse)).embed(["x" * 100])
+    assert caught.value.code == "embedding_rejected"
+    assert calls == 1
 
 
 async def test_wrong_shapes_and_timeouts_are_errors_not_garbage() -> None:
