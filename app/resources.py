@@ -22,7 +22,7 @@ from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
 from app.settings import Settings
 from app.stores.buffer import Buffer
 from app.stores.db import Database, create_engine, migrate
-from app.stores.vectors import QdrantEdgeIndex, QdrantServerIndex, VectorIndex, collection_name
+from app.stores.vectors import VectorIndex, collection_name
 
 log = logging.getLogger("strata")
 
@@ -95,12 +95,17 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
 
         name = collection_name(settings.collection_prefix, embedder.model_id, embedder.dim)
         vectors: VectorIndex
+        # Imported where chosen: a process loads only the Qdrant client it uses.
         if settings.qdrant_url:
+            from app.stores.qdrant_server import QdrantServerIndex
+
             api_key = (
                 settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
             )
             vectors = QdrantServerIndex.connect(settings.qdrant_url, api_key, name, embedder.dim)
         else:
+            from app.stores.qdrant_edge import QdrantEdgeIndex
+
             vectors = QdrantEdgeIndex(settings.data_dir / "qdrant", name, embedder.dim)
         stack.push_async_callback(vectors.close)
         await vectors.ensure_collection()
