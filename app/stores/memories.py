@@ -202,6 +202,7 @@ async def detach_session(
     )
     gone: list[uuid.UUID] = []
     kept: list[tuple[uuid.UUID, dict[str, Any]]] = []
+    events: list[dict[str, Any]] = []
     for row in (await tx.execute(stmt)).scalars():
         remaining = [s for s in row.sources if s.get("session_id") != session_id]
         if not row.sources and row.deleted_at is None:
@@ -212,6 +213,18 @@ async def detach_session(
             kept.append((row.id, {"session_id": ""}))
             continue
         if remaining and row.deleted_at is None:
+            events.append(
+                {
+                    "tenant_id": tenant_id,
+                    "user_id": user_id,
+                    "memory_id": row.id,
+                    "event": "updated",
+                    "old_value": {"sources": row.sources},
+                    "new_value": {"sources": remaining},
+                    "reason": f"session {session_id} deleted",
+                    "created_at": now,
+                }
+            )
             row.sources = remaining
             if row.session_id == session_id:
                 row.session_id = remaining[0]["session_id"]
@@ -225,6 +238,7 @@ async def detach_session(
             ids = gone[start : start + _CHUNK]
             await tx.execute(sa.delete(MemoryEvent).where(MemoryEvent.memory_id.in_(ids)))
             await tx.execute(sa.delete(Memory).where(Memory.id.in_(ids)))
+    await add_events(tx, events)
     await tx.flush()
     return gone, kept
 

@@ -130,6 +130,12 @@ async def test_a_repeated_exchange_is_merged_not_stored_twice(
     assert deleted.json() == {"session_id": first, "messages": 1, "memories": 0}
     found = await recall(running, user, "Berlin marathon")
     assert [s["session_id"] for s in found[0]["sources"]] == [second]
+    history = await running.client.get(
+        f"/v1/memories/{memories[0]['id']}/history", params={"user_id": user}
+    )
+    last = history.json()["items"][-1]
+    assert last["event"] == "updated"
+    assert last["reason"] == f"session {first} deleted"
 
     deleted = await running.client.delete(f"/v1/sessions/{second}", params={"user_id": user})
     assert deleted.json()["memories"] == 1
