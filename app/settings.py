@@ -43,6 +43,13 @@ class Settings(BaseSettings):
     worker_batch_messages: int = Field(default=256, ge=1, le=5000)
     worker_lease_seconds: float = Field(default=30.0, gt=0)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
+    worker_debounce_seconds: float = Field(
+        default=0.05,
+        ge=0,
+        le=5,
+        description="pause between passes that were not full, so trickling messages are "
+        "promoted in batches instead of one pass (and several writes) each",
+    )
     worker_heartbeat_file: Path | None = Field(
         default=None, description="touched after every worker pass (container healthcheck)"
     )

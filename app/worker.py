@@ -39,6 +39,9 @@ async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
                 await _sleep_or_stop(stop, poll)
             if done == 0 and not stop.is_set():
                 await _wait_for_work(listener, stop, poll)
+            if done < resources.settings.worker_batch_messages:
+                # Not saturated: let a trickle of single messages gather into one pass.
+                await _sleep_or_stop(stop, resources.settings.worker_debounce_seconds)
     finally:
         with contextlib.suppress(Exception):
             await listener.close()
