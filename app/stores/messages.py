@@ -40,14 +40,23 @@ async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
 
 
 async def page(
-    tx: AsyncSession, tenant_id: str, session_id: str, *, before_seq: int | None, limit: int
+    tx: AsyncSession,
+    tenant_id: str,
+    session_id: str,
+    *,
+    before_seq: int | None = None,
+    until: datetime | None = None,
+    limit: int,
 ) -> list[Message]:
-    """The `limit` newest messages before `before_seq`, returned oldest first."""
+    """The `limit` newest messages before `before_seq` and created at or before `until`
+    (a replay), returned oldest first."""
     stmt = sa.select(Message).where(
         Message.tenant_id == tenant_id, Message.session_id == session_id
     )
     if before_seq is not None:
         stmt = stmt.where(Message.seq < before_seq)
+    if until is not None:
+        stmt = stmt.where(Message.created_at <= until)
     rows = (await tx.execute(stmt.order_by(Message.seq.desc()).limit(limit))).scalars().all()
     return list(reversed(rows))
 
@@ -73,23 +82,6 @@ async def delete_session(tx: AsyncSession, tenant_id: str, session_id: str) -> i
         sa.delete(Message).where(Message.tenant_id == tenant_id, Message.session_id == session_id)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
-
-
-async def newest_until(
-    tx: AsyncSession, tenant_id: str, session_id: str, *, until: datetime, limit: int
-) -> list[Message]:
-    """The `limit` newest messages created at or before `until`, oldest first (replays)."""
-    stmt = (
-        sa.select(Message)
-        .where(
-            Message.tenant_id == tenant_id,
-            Message.session_id == session_id,
-            Message.created_at <= until,
-        )
-        .order_by(Message.seq.desc())
-        .limit(limit)
-    )
-    return list(reversed((await tx.execute(stmt)).scalars().all()))
 
 
 async def last_of_role(
