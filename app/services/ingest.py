@@ -242,7 +242,7 @@ class IngestService:
     ) -> list[MessageOut]:
         """The newest `n` messages created at or before `until`, from the log (replays)."""
         async with self.r.db.read() as tx:
-            rows = await message_store.newest_until(tx, tenant_id, session_id, until=until, limit=n)
+            rows = await message_store.page(tx, tenant_id, session_id, until=until, limit=n)
         return [message_out(r) for r in rows]
 
     async def last_user_message(
