@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +43,7 @@ class RecallService:
         self._flusher: asyncio.Task[None] | None = None
         # The user's highest access count normalises importance; a few seconds stale is fine.
         self._max_access: dict[tuple[str, str], tuple[float, int]] = {}
+        self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
 
     def default_weights(self) -> scoring.Weights:
         s = self.settings
@@ -104,9 +105,9 @@ class RecallService:
         upper = created_to
         if as_of is not None:
             upper = min(upper, as_of) if upper is not None else as_of
-        dense_task = asyncio.ensure_future(self.r.embedder.embed([query]))
+        dense_task = asyncio.ensure_future(self._embed_query(query))
         max_access = await self._max_access_count(tenant_id, user_id)
-        dense = (await dense_task)[0]
+        dense = await dense_task
         hits = await self.r.vectors.search(
             VectorQuery(
                 tenant_id=tenant_id,
@@ -167,6 +168,19 @@ class RecallService:
             sources=[Source.model_validate(x) for x in p.get("sources", [])],
             metadata=p.get("metadata") or {},
         )
+
+    async def _embed_query(self, query: str) -> list[float]:
+        """Agents ask the same thing more than once (context for the same turn, retries):
+        a small LRU saves the embedding, the largest single cost of a recall."""
+        cached = self._query_vectors.get(query)
+        if cached is not None:
+            self._query_vectors.move_to_end(query)
+            return cached
+        vector = (await self.r.embedder.embed([query]))[0]
+        self._query_vectors[query] = vector
+        if len(self._query_vectors) > QUERY_CACHE_SIZE:
+            self._query_vectors.popitem(last=False)
+        return vector
 
     async def _max_access_count(self, tenant_id: str, user_id: str) -> int:
         key = (tenant_id, user_id)
@@ -237,4 +251,5 @@ class RecallService:
 
 
 MAX_ACCESS_TTL_SECONDS = 5.0
+QUERY_CACHE_SIZE = 1024
 REINFORCE_FLUSH_SECONDS = 1.0
