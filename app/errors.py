@@ -52,6 +52,12 @@ class InvalidInput(AppError):
         )
 
 
+class EmbeddingRejected(AppError):
+    """The embedding provider refuses this text (too long for its model, say)."""
+
+    status, code, title = 422, "embedding_rejected", "The embedding provider refused the text"
+
+
 class Unauthorized(AppError):
     status, code, title = 401, "unauthorized", "Missing or invalid API key"
 

@@ -142,12 +142,20 @@ async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     return problem(exc.status_code, code, title, str(exc.detail), headers=exc.headers)
 
 
+def _transient(exc: DBAPIError) -> bool:
+    """Deadlock or serialisation (40), statement timeout or shutdown (57), connection (08):
+    the request may succeed if retried, so it is a 503, not our 500."""
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    return isinstance(code, str) and code[:2] in ("40", "57", "08")
+
+
 async def _store_down(_: Request, exc: Exception) -> ProblemResponse:
     if (
         isinstance(exc, DBAPIError)
         and not isinstance(exc, OperationalError | InterfaceError)
         and not exc.connection_invalidated
         and exc.statement is not None
+        and not _transient(exc)
     ):
         # A statement the database refused is our bug, not an outage.
         log.exception("database error", exc_info=exc)

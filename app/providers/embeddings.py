@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import httpx
 import numpy as np
 
-from app.errors import InvalidInput, ProviderTimeout, Unavailable
+from app.errors import EmbeddingRejected, ProviderTimeout, Unavailable
 
 
 class Embedder(Protocol):
@@ -116,15 +116,14 @@ class OpenAIEmbedder:
                 )
                 if resp.status_code >= 500 or resp.status_code == 429:
                     raise Unavailable(f"embedding provider answered {resp.status_code}")
-                if resp.status_code >= 400:
-                    # The provider refuses this input (too long for the model, say): a
-                    # retry would get the same answer.
-                    raise InvalidInput(
-                        "content",
-                        f"the embedding provider refused it ({resp.status_code}): "
-                        f"{resp.text[:200]}",
-                        code="embedding_rejected",
+                if resp.status_code in (400, 413, 422):
+                    # This input is refused (too long for the model, say): a retry gets the
+                    # same answer.
+                    raise EmbeddingRejected(
+                        f"the embedding provider refused the text ({resp.status_code})"
                     )
+                if resp.status_code >= 400:  # a key, model or URL problem of the operator's
+                    raise Unavailable(f"embedding provider answered {resp.status_code}")
                 data = sorted(resp.json()["data"], key=lambda d: d["index"])
                 vectors = [list(map(float, d["embedding"])) for d in data]
                 if len(vectors) != len(texts) or any(len(v) != self.dim for v in vectors):

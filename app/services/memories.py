@@ -178,7 +178,7 @@ class MemoryService:
                 when, memory_id = datetime.fromisoformat(parts[0]), uuid.UUID(parts[1])
                 if when.tzinfo is None:
                     raise ValueError(parts)
-                after = (when, memory_id)
+                after = (when.astimezone(UTC), memory_id)
             except (ValueError, OverflowError) as exc:
                 raise InvalidInput("cursor", "is not a cursor this API returned") from exc
         async with self.r.db.read() as tx:

@@ -11,6 +11,7 @@ merged into it (its sources grow) instead of being stored twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
@@ -22,6 +23,7 @@ import numpy as np
 
 from app.core import terms
 from app.core.chunking import Chunk, LogMessage, chunk_turns
+from app.errors import EmbeddingRejected
 from app.resources import Resources
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
@@ -83,12 +85,13 @@ def memory_payload(
 
 
 def filterable(metadata: dict[str, Any]) -> dict[str, str | int]:
-    """The top-level scalar metadata as the index filters it: booleans as 0/1, because
-    Qdrant Edge 0.9 matches nothing on a boolean value."""
+    """The top-level scalar metadata as the index filters it. Booleans go under their own
+    `bool:` keys as 0/1 (Qdrant Edge 0.9 matches nothing on a boolean value), so that
+    `true` never matches the integer 1."""
     out: dict[str, str | int] = {}
     for key, value in metadata.items():
         if isinstance(value, bool):
-            out[key] = int(value)
+            out[f"bool:{key}"] = int(value)
         elif isinstance(value, str | int):
             out[key] = value
     return out
@@ -175,29 +178,48 @@ class Promoter:
             cursor = upto
         return done
 
-    async def _embed(self, chunks: list[Chunk]) -> list[list[float]]:
-        """One embedding per distinct line; a chunk's vector blends in its context's."""
+    async def _embed(self, chunks: list[Chunk]) -> tuple[list[Chunk], list[list[float]]]:
+        """One embedding per distinct line; a chunk's vector blends in its context's.
+
+        Returns the chunks that could be embedded and their vectors: a line the provider
+        refuses is skipped (it stays in the log), so one message cannot stall a session.
+        """
         if not chunks:
-            return []
+            return [], []
         lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
-        vectors = await self.r.embedder.embed(lines, bulk=True)
-        by_line = {
-            line: np.asarray(v, dtype=np.float32) for line, v in zip(lines, vectors, strict=True)
-        }
+        by_line: dict[str, np.ndarray[Any, Any]]
+        try:
+            vectors = await self.r.embedder.embed(lines, bulk=True)
+            by_line = {
+                line: np.asarray(v, dtype=np.float32)
+                for line, v in zip(lines, vectors, strict=True)
+            }
+        except EmbeddingRejected:
+            by_line = {}
+            for line in lines:
+                try:
+                    [one] = await self.r.embedder.embed([line], bulk=True)
+                    by_line[line] = np.asarray(one, dtype=np.float32)
+                except EmbeddingRejected:
+                    log.warning("embedding provider refused a message; it stays unindexed")
         w = self.settings.dense_context_weight
+        kept: list[Chunk] = []
         out: list[list[float]] = []
         for c in chunks:
+            if c.content not in by_line:
+                continue
             v = by_line[c.content]
-            if c.dense_context and w > 0:
-                context = np.mean([by_line[line] for line in c.dense_context], axis=0)
-                v = (1 - w) * v + w * context
+            context_vectors = [by_line[line] for line in c.dense_context if line in by_line]
+            if context_vectors and w > 0:
+                v = (1 - w) * v + w * np.mean(np.stack(context_vectors), axis=0)
             norm = float(np.linalg.norm(v))
+            kept.append(c)
             out.append((v / norm if norm else v).tolist())
-        return out
+        return kept, out
 
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
         tenant_id, user_id = claim.tenant_id, claim.user_id
-        dense = await self._embed(chunks)
+        chunks, dense = await self._embed(chunks)
         now = datetime.now(UTC)
 
         # Near-duplicates: the same normalised text in a context that embeds alike (cosine
@@ -382,12 +404,15 @@ class Promoter:
                 await memory_store.add_events(
                     tx, [e for e in events if e["event"] != "created" or e["memory_id"] in inserted]
                 )
-        except _Stale:
-            return False
-        except _LeaseLost:
+                # Under the row locks, before the commit: if the index fails, nothing moves.
+                await self.r.vectors.set_payload(payload_updates)
+        except (_Stale, _LeaseLost):
             await self._forget_points_of_gone_session(claim, [p.id for p in points])
             return False
-        await self.r.vectors.set_payload(payload_updates)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._forget_points_of_gone_session(claim, [p.id for p in points])
+            raise
         return True
 
     async def _forget_points_of_gone_session(self, claim: Claim, ids: list[Any]) -> None:

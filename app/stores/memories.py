@@ -146,6 +146,13 @@ async def reinforce(
     """Count accesses (`counts[id]` recalls each); returns the new access counts."""
     if not counts:
         return []
+    # Lock the rows in id order first, like merges and deletes, so the three never deadlock.
+    await tx.execute(
+        sa.select(Memory.id)
+        .where(Memory.id.in_(list(counts)))
+        .order_by(Memory.id)
+        .with_for_update()
+    )
     new: list[tuple[uuid.UUID, int]] = []
     for times in sorted(set(counts.values())):
         ids = [mid for mid, n in counts.items() if n == times]
@@ -200,6 +207,9 @@ async def detach_session(
         Memory.user_id == user_id,
         sa.or_(Memory.session_id == session_id, _mentions_session(tx, session_id)),
     )
+    # Locked, in id order (as every multi-row lock here), against a concurrent delete of
+    # another session of the same memory, a merge into it, or a reinforcement flush.
+    stmt = stmt.order_by(Memory.id).with_for_update()
     gone: list[uuid.UUID] = []
     kept: list[tuple[uuid.UUID, dict[str, Any]]] = []
     events: list[dict[str, Any]] = []
@@ -250,6 +260,7 @@ async def lock_live(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:
     stmt = (
         sa.select(Memory)
         .where(Memory.id.in_(ids), Memory.deleted_at.is_(None))
+        .order_by(Memory.id)
         .with_for_update()
         .execution_options(populate_existing=True)
     )

@@ -50,26 +50,29 @@ async def create_or_lock(
     INSERT .. ON CONFLICT DO NOTHING first, then SELECT .. FOR UPDATE: two first writes to
     a new session race on the insert, not on a lock of a row that does not exist yet.
     """
-    stmt = (
-        _insert(tx, Session)
-        .values(
-            tenant_id=tenant_id,
-            id=session_id,
-            user_id=user_id,
-            system_prompt=system_prompt,
-            metadata_=metadata,
-            last_seq=0,
-            indexed_seq=0,
-            created_at=now,
-            updated_at=now,
+    for _ in range(3):
+        stmt = (
+            _insert(tx, Session)
+            .values(
+                tenant_id=tenant_id,
+                id=session_id,
+                user_id=user_id,
+                system_prompt=system_prompt,
+                metadata_=metadata,
+                last_seq=0,
+                indexed_seq=0,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["tenant_id", "id"])
+            .returning(Session.id)
         )
-        .on_conflict_do_nothing(index_elements=["tenant_id", "id"])
-        .returning(Session.id)
-    )
-    created = (await tx.execute(stmt)).first() is not None
-    row = await get(tx, tenant_id, session_id, for_update=True)
-    assert row is not None  # inserted above, or already there; deletes wait for our lock
-    return row, created
+        created = (await tx.execute(stmt)).first() is not None
+        row = await get(tx, tenant_id, session_id, for_update=True)
+        if row is not None:
+            return row, created
+        # It was being deleted: our insert conflicted, the delete committed, try again.
+    raise RuntimeError(f"session {session_id!r} kept vanishing while being created")
 
 
 async def delete(tx: AsyncSession, tenant_id: str, session_id: str) -> None:

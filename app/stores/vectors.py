@@ -88,5 +88,8 @@ def scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:
     if q.kinds:
         conds.append(("kind", tuple(q.kinds)))
     for key, value in q.metadata.items():  # see `filterable` in the promotion service
-        conds.append((f"meta_filter.{key}", int(value) if isinstance(value, bool) else value))
+        if isinstance(value, bool):
+            conds.append((f'meta_filter."bool:{key}"', int(value)))
+        else:
+            conds.append((f"meta_filter.{key}", value))
     return conds

@@ -103,6 +103,7 @@ async def test_list_is_cursor_paginated_and_filtered_by_type(
         encode_cursor("2024-01-01T00:00:00", "00000000-0000-0000-0000-000000000000"),
         encode_cursor("2024-01-01T00:00:00+00:00", 5),
         encode_cursor(1, 2, 3),
+        encode_cursor("0001-01-01T00:00:00+05:00", "00000000-0000-0000-0000-000000000000"),
     ]
     for cursor in forged:
         bad = await running.client.get("/v1/memories", params={"user_id": user, "cursor": cursor})

@@ -42,6 +42,7 @@ async def test_filters_narrow_the_results(running: Running, ids: Callable[[str],
     assert await recall(running, user, "hiking", metadata={"topic": "food"}) == []
     assert await recall(running, user, "hiking", metadata={"owned": True}) == gear
     assert await recall(running, user, "hiking", metadata={"owned": False}) == []
+    assert await recall(running, user, "hiking", metadata={"owned": 1}) == []  # not `true`
     assert gear[0]["metadata"] == {"topic": "gear", "rank": 2, "owned": True}
 
     before_december = await recall(running, user, "hiking", as_of="2024-11-01T00:00:00Z")

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from app.errors import InvalidInput, ProviderTimeout, Unavailable
+from app.errors import EmbeddingRejected, ProviderTimeout, Unavailable
 from app.providers.embeddings import OpenAIEmbedder
 
 
@@ -64,10 +64,13 @@ async def test_a_refused_input_is_not_retried() -> None:
         calls += 1
         return httpx.Response(400, json={"error": "too many tokens"})
 
-    with pytest.raises(InvalidInput) as caught:
+    with pytest.raises(EmbeddingRejected):
         await embedder(httpx.MockTransport(refuse)).embed(["x" * 100])
-    assert caught.value.code == "embedding_rejected"
     assert calls == 1
+
+    # A wrong key is the operator's problem, not the caller's input: unavailable.
+    with pytest.raises(Unavailable):
+        await embedder(httpx.MockTransport(lambda r: httpx.Response(401))).embed(["x"])
 
 
 async def test_wrong_shapes_and_timeouts_are_errors_not_garbage() -> None:
