@@ -1,0 +1,101 @@
+"""The OpenAI-compatible embedding path, end to end, against a local stub server."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from tests.conftest import Running, embedded_settings, post_messages, recall, turn
+
+DIM = 8
+
+
+def _vector(text: str) -> list[float]:
+    """A deterministic bag-of-words vector: texts sharing words point alike."""
+    v = [0.0] * DIM
+    for word in text.lower().split():
+        v[hashlib.sha256(word.encode()).digest()[0] % DIM] += 1.0
+    norm = sum(x * x for x in v) ** 0.5 or 1.0
+    return [x / norm for x in v]
+
+
+def stub_app(calls: list[list[str]]) -> FastAPI:
+    stub = FastAPI()
+
+    @stub.post("/v1/embeddings")
+    async def embeddings(body: dict[str, Any]) -> Any:
+        texts: list[str] = body["input"]
+        calls.append(texts)
+        if any("REFUSE" in t for t in texts):
+            return JSONResponse({"error": {"message": "input too long"}}, status_code=400)
+        return {"data": [{"index": i, "embedding": _vector(t)} for i, t in enumerate(texts)]}
+
+    return stub
+
+
+@pytest.fixture
+async def stub_url() -> AsyncIterator[tuple[str, list[list[str]]]]:
+    calls: list[list[str]] = []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(stub_app(calls), host="127.0.0.1", port=port, log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    for _ in range(200):
+        if server.started:
+            break
+        await asyncio.sleep(0.01)
+    yield f"http://127.0.0.1:{port}", calls
+    server.should_exit = True
+    await task
+
+
+async def test_openai_compatible_embeddings_and_a_refused_message(
+    stub_url: tuple[str, list[list[str]]],
+    start_app: Callable[..., Any],
+    tmp_path: Path,
+    ids: Callable[[str], str],
+) -> None:
+    url, calls = stub_url
+    settings = embedded_settings(
+        tmp_path, embedder="openai", embedding_url=url, embedding_model="stub", embedding_dim=DIM
+    )
+    async with start_app(settings) as running:
+        app: Running = running
+        user, session = ids("user"), ids("session")
+        body = await post_messages(
+            app,
+            session,
+            user,
+            [
+                turn("the red bicycle is in the garage", id="a"),
+                turn("REFUSE this one please", id="b"),
+                turn("blue kayak on the lake", id="c"),
+            ],
+        )
+        # Indexed all the same: the refused message stays in the log, unindexed.
+        assert body["indexed_seq"] == 3
+        found = await recall(app, user, "red bicycle garage", top_k=3)
+        assert [r["sources"][0]["message_id"] for r in found][:1] == ["a"]
+        assert "b" not in {r["sources"][0]["message_id"] for r in found}
+        listed = await app.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
+        assert [m["id"] for m in listed.json()["items"]] == ["a", "b", "c"]
+        assert any(len(c) > 1 for c in calls)  # batched first, then one by one
+
+        refused = await app.client.post(
+            "/v1/memories",
+            json={"user_id": user, "content": "REFUSE me", "memory_type": "semantic"},
+        )
+        assert refused.status_code == 422
+        assert refused.json()["code"] == "embedding_rejected"
