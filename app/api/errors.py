@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import socket
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -178,7 +179,14 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     # Outages of a store are 503s a client may retry, not 500s.
-    for exc_type in (DBAPIError, SATimeoutError, ConnectionError, RedisError):
+    for exc_type in (
+        DBAPIError,
+        SATimeoutError,
+        ConnectionError,
+        TimeoutError,
+        socket.gaierror,
+        RedisError,
+    ):
         app.add_exception_handler(exc_type, _store_down)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(RequestIdMiddleware)
