@@ -82,7 +82,7 @@ def full_settings(pg: str, **overrides: Any) -> Settings:
         "qdrant_url": ":memory:",
         "worker_in_process": True,
         "worker_poll_seconds": 0.2,
-        "wait_timeout_seconds": 30,
+        "wait_timeout_seconds": 180,  # generous: a slow CI machine must not flake
         "data_dir": Path("/nonexistent-full-stack-uses-no-files"),
     }
     values.update(overrides)
@@ -90,7 +90,11 @@ def full_settings(pg: str, **overrides: Any) -> Settings:
 
 
 def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {"data_dir": data_dir, "worker_poll_seconds": 0.2}
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "worker_poll_seconds": 0.2,
+        "wait_timeout_seconds": 180,
+    }
     values.update(overrides)
     return Settings(_env_file=None, **values)
 
