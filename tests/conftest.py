@@ -22,11 +22,17 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
+from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis
 
 from app.main import create_app
 from app.resources import Resources
 from app.settings import Settings
+
+# No per-example deadline: the first example may load jieba's dictionary (about a second),
+# and CI machines are slower than ours. Property tests assert behaviour, not speed.
+hypothesis_settings.register_profile("strata", deadline=None)
+hypothesis_settings.load_profile("strata")
 
 PG_ADMIN_DSN = os.environ.get("STRATA_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("STRATA_TEST_REDIS", "redis://127.0.0.1:6379/13")
