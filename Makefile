@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 run: install  ## the service, embedded (SQLite, Qdrant Edge, in-process buffer and worker)
-	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT)
+	$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
 
 worker: install  ## the promotion worker as its own process (full stack)
 	$(BIN)/python -m app.worker

@@ -1,5 +1,7 @@
-"""The ASGI app (`app.main:app`): routers, error handling, and the lifespan that opens
-every client once (and, embedded, runs the promotion worker in-process)."""
+"""The ASGI app, built by a factory (`uvicorn --factory app.main:create_app`): routers,
+error handling, and the lifespan that opens every client once and builds the services
+(and, embedded, runs the worker in-process). Nothing here reads the environment at import.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +9,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TypedDict
 
 from fastapi import FastAPI
 
 from app.api import context, health, ingest, memories, recall
 from app.api import errors as api_errors
-from app.api.deps import Services
-from app.resources import open_resources
-from app.services.context import ContextService
-from app.services.health import HealthService
-from app.services.ingest import IngestService
-from app.services.memories import MemoryService
-from app.services.recall import RecallService
+from app.resources import Resources, open_resources
 from app.settings import Settings
+from app.wiring import Services, build_services
 from app.worker import run_worker
 
 DESCRIPTION = """Long-term memory for AI agents. Strata keeps an agent's history in three
@@ -28,23 +25,26 @@ layers (in-context, a Redis session buffer, long-term Qdrant + SQL) and hands ba
 call, the context that fits the model's token budget. Errors are RFC 9457 problem+json with
 a stable `code` and the `request_id`."""
 
+log = logging.getLogger("strata")
+
+
+class State(TypedDict):
+    """What the lifespan hands to every request (`request.state.<key>`)."""
+
+    settings: Settings
+    resources: Resources
+    services: Services
+
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app on `settings` (default: read from the environment, now, not at import)."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         async with open_resources(settings) as resources:
-            ingest_service = IngestService(resources)
-            recall_service = RecallService(resources)
-            services = Services(
-                ingest=ingest_service,
-                memories=MemoryService(resources),
-                recall=recall_service,
-                context=ContextService(resources, ingest_service, recall_service),
-                health=HealthService(resources),
-            )
+            services = build_services(resources)
             stop = asyncio.Event()
             worker = (
                 asyncio.create_task(run_worker(resources, stop), name="strata-worker")
@@ -52,15 +52,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 else None
             )
             try:
-                yield {"settings": settings, "services": services, "resources": resources}
+                yield State(settings=settings, resources=resources, services=services)
             finally:
                 stop.set()
                 if worker is not None:
                     try:
                         await worker
                     except Exception:  # logged; shutdown goes on to flush what it can
-                        logging.getLogger("strata").exception("worker ended with an error")
-                await recall_service.drain()
+                        log.exception("worker ended with an error")
+                await services.recall.drain()
 
     app = FastAPI(
         title="Strata",
@@ -73,6 +73,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, ingest, memories, recall, context):
         app.include_router(module.router)
     return app
-
-
-app = create_app()

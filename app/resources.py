@@ -11,7 +11,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 from redis.asyncio import Redis
@@ -37,20 +36,15 @@ class Resources:
     tokens: TokenCounter
 
 
-_shared_fake_server: Any = None
-
-
 def _redis(settings: Settings) -> Redis:
     if settings.redis_url is not None:
         return Redis.from_url(settings.redis_url.get_secret_value())
-    # Embedded: an in-process stand-in. One shared server per process, so the api and
-    # the in-process worker see the same keys and pub/sub.
+    # Embedded: an in-process stand-in, owned by these resources. The api and the
+    # in-process worker share the one client (and so its keys and pub/sub); a second app in
+    # the same process (tests) gets a server of its own.
     import fakeredis
 
-    global _shared_fake_server
-    if _shared_fake_server is None:
-        _shared_fake_server = fakeredis.FakeServer()
-    return fakeredis.FakeAsyncRedis(server=_shared_fake_server)
+    return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
 
 
 def _embedder(settings: Settings) -> Embedder:

@@ -1,5 +1,6 @@
-"""The promotion worker: `python -m app.worker` (full stack), or a task inside the api
-(embedded). Both run `run_worker` on resources from the same factory."""
+"""The worker: `python -m app.worker` (full stack), or a task inside the api (embedded).
+Both run `run_worker` on resources from the same factory, with services from the same
+wiring (`app.wiring`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import socket
 import uuid
 
 from app.resources import Resources, open_resources
-from app.services.promotion import Promoter
 from app.settings import Settings
 from app.stores.buffer import WakeListener
+from app.wiring import build_promoter
 
 log = logging.getLogger("strata.worker")
 
@@ -23,7 +24,7 @@ async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
     """Promote until `stop` is set: a pass after every wake-up, and one per poll interval
     (a missed wake-up only delays work). Errors are logged and retried, never fatal."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    promoter = Promoter(resources, owner, stop)
+    promoter = build_promoter(resources, owner, stop)
     listener = resources.buffer.wake_listener()
     poll = resources.settings.worker_poll_seconds
     log.info("worker %s started", owner)

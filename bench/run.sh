@@ -49,7 +49,7 @@ start_server() {  # $1: a name for the log file
     # Embedded mode: no external store URLs, whatever the caller's environment holds.
     env -u STRATA_DATABASE_URL -u STRATA_REDIS_URL -u STRATA_QDRANT_URL \
         STRATA_DATA_DIR="$DATA_DIR" \
-        "$PY" -m uvicorn app.main:app --host 127.0.0.1 --port "$PORT" >"$log" 2>&1 &
+        "$PY" -m uvicorn --factory app.main:create_app --host 127.0.0.1 --port "$PORT" >"$log" 2>&1 &
     SERVER_PID=$!
     local deadline=$((SECONDS + READY_TIMEOUT))
     until "$PY" - "$PORT" <<'EOF' 2>/dev/null

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
@@ -16,17 +15,9 @@ from app.services.ingest import IngestService
 from app.services.memories import MemoryService
 from app.services.recall import RecallService
 from app.settings import Settings
+from app.wiring import Services
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
-
-
-@dataclass(slots=True)
-class Services:
-    ingest: IngestService
-    memories: MemoryService
-    recall: RecallService
-    context: ContextService
-    health: HealthService
 
 
 def _services(request: Request) -> Services:

@@ -4,8 +4,8 @@ packed into the caller's token budget (DESIGN §2, context)."""
 from __future__ import annotations
 
 from app.core import packing
+from app.core.tokens import TokenCounter
 from app.errors import InvalidInput
-from app.resources import Resources
 from app.schemas.context import ContextRequest, ContextResponse, ContextSections
 from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
@@ -27,14 +27,22 @@ def _memory_line(r: RecallResult) -> str:
 
 
 class ContextService:
-    def __init__(self, resources: Resources, ingest: IngestService, recall: RecallService) -> None:
-        self.r = resources
+    def __init__(
+        self,
+        ingest: IngestService,
+        recall: RecallService,
+        tokens: TokenCounter,
+        *,
+        window: int,
+    ) -> None:
         self.ingest = ingest
         self.recall = recall
+        self.tokens = tokens
+        self.window = window  # newest turns read for packing (the buffer's window)
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
-        window = self.r.settings.buffer_window
+        window = self.window
         if body.as_of is None:
             recent = await self.ingest.recent(tenant_id, session, window)
         else:  # a replay: the session as it stood then, from the log
@@ -73,7 +81,7 @@ class ContextService:
                 recent=[packing.Item(i, _line(m)) for i, m in enumerate(recent)],
                 required_recent=last_user,
                 budget=body.token_budget,
-                count=self.r.tokens,
+                count=self.tokens,
             )
         except packing.BudgetTooSmall as exc:
             raise InvalidInput(
@@ -98,6 +106,6 @@ class ContextService:
             text=packed.text,
             tokens=packed.tokens,
             token_budget=body.token_budget,
-            tokenizer=self.r.tokens.encoding,
+            tokenizer=self.tokens.encoding,
             dropped=packed.dropped,
         )

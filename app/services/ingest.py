@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import Conflict, NotFound
-from app.resources import Resources
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -24,10 +23,14 @@ from app.schemas.ingest import (
     SessionOut,
     SessionUpsert,
 )
+from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
+from app.stores.buffer import Buffer
+from app.stores.db import Database
 from app.stores.models import Message, Session
+from app.stores.vectors import VectorIndex
 
 log = logging.getLogger("strata.ingest")
 
@@ -61,15 +64,22 @@ def buffer_entry(row: Message) -> dict[str, Any]:
 
 
 class IngestService:
-    def __init__(self, resources: Resources) -> None:
-        self.r = resources
+    """Sessions and their message log. Owns the write path's ordering: log, buffer, wake-up."""
+
+    def __init__(
+        self, db: Database, buffer: Buffer, vectors: VectorIndex, settings: Settings
+    ) -> None:
+        self.db = db
+        self.buffer = buffer
+        self.vectors = vectors
+        self.settings = settings
 
     async def upsert_session(
         self, tenant_id: str, session_id: str, body: SessionUpsert
     ) -> tuple[SessionOut, bool]:
         """Create or update; returns (session, created)."""
         now = datetime.now(UTC)
-        async with self.r.db.transaction() as tx:
+        async with self.db.transaction() as tx:
             row, created = await session_store.create_or_lock(
                 tx,
                 tenant_id=tenant_id,
@@ -96,7 +106,7 @@ class IngestService:
             return session_out(row), False
 
     async def get_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionOut:
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             return session_out(await self._owned(tx, tenant_id, session_id, user_id))
 
     @staticmethod
@@ -111,7 +121,7 @@ class IngestService:
     async def delete_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionDeleted:
         """The session, its log, its window, and the memories derived only from it."""
         now = datetime.now(UTC)
-        async with self.r.db.transaction() as tx:
+        async with self.db.transaction() as tx:
             # The lock makes a worker promoting this session wait, then find it gone.
             await self._owned(tx, tenant_id, session_id, user_id, lock=True)
             gone, kept = await memory_store.detach_session(tx, tenant_id, user_id, session_id, now)
@@ -119,10 +129,10 @@ class IngestService:
             await session_store.delete(tx, tenant_id, session_id)
             # The index follows the canonical rows inside the transaction: if Qdrant is down,
             # nothing is deleted and the caller may retry.
-            await self.r.vectors.set_payload(kept)
-            await self.r.vectors.delete(gone)
+            await self.vectors.set_payload(kept)
+            await self.vectors.delete(gone)
         try:
-            await self.r.buffer.drop(tenant_id, session_id)
+            await self.buffer.drop(tenant_id, session_id)
         except Exception:  # the window expires by TTL anyway
             log.warning("could not drop the buffer of session %s", session_id, exc_info=True)
         return SessionDeleted(session_id=session_id, messages=count, memories=len(gone))
@@ -131,7 +141,7 @@ class IngestService:
         self, tenant_id: str, session_id: str, body: IngestRequest
     ) -> IngestResponse:
         now = datetime.now(UTC)
-        async with self.r.db.transaction() as tx:
+        async with self.db.transaction() as tx:
             session, created = await session_store.create_or_lock(
                 tx,
                 tenant_id=tenant_id,
@@ -201,7 +211,7 @@ class IngestService:
             for r in rows
         ]
         try:
-            await self.r.buffer.push(tenant_id, session_id, entries, wake=True)
+            await self.buffer.push(tenant_id, session_id, entries, wake=True)
         except Exception:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
             # The workers' poll still finds the backlog; a wake-up only saves the wait.
@@ -212,10 +222,10 @@ class IngestService:
         On time-out the answer is still a success (the messages are in the log) and carries
         the watermark reached, so the caller sees the lag instead of an error.
         """
-        deadline = time.monotonic() + self.r.settings.wait_timeout_seconds
+        deadline = time.monotonic() + self.settings.wait_timeout_seconds
         delay = 0.005
         while True:
-            async with self.r.db.read() as tx:
+            async with self.db.read() as tx:
                 indexed = await session_store.indexed_seq(tx, tenant_id, session_id)
             if indexed is None or indexed >= target or time.monotonic() >= deadline:
                 return indexed or 0
@@ -225,7 +235,7 @@ class IngestService:
     async def list_messages(
         self, tenant_id: str, session_id: str, user_id: str, before_seq: int | None, limit: int
     ) -> MessagePage:
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             await self._owned(tx, tenant_id, session_id, user_id)
             rows = await message_store.page(
                 tx, tenant_id, session_id, before_seq=before_seq, limit=limit + 1
@@ -241,25 +251,25 @@ class IngestService:
         self, tenant_id: str, session_id: str, until: datetime, n: int
     ) -> list[MessageOut]:
         """The newest `n` messages created at or before `until`, from the log (replays)."""
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             rows = await message_store.page(tx, tenant_id, session_id, until=until, limit=n)
         return [message_out(r) for r in rows]
 
     async def last_user_message(
         self, tenant_id: str, session_id: str, until: datetime | None
     ) -> MessageOut | None:
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             row = await message_store.last_of_role(tx, tenant_id, session_id, "user", until=until)
         return message_out(row) if row is not None else None
 
     async def recent(self, tenant_id: str, session: SessionOut, n: int) -> list[MessageOut]:
         """The session's newest `n` messages from the buffer, rebuilt from the log when the
         window is missing or behind (Redis flushed, evicted, or a push that failed)."""
-        n = min(n, self.r.settings.buffer_window)
+        n = min(n, self.settings.buffer_window)
         if session.last_seq == 0:
             return []
         try:
-            window = await self.r.buffer.recent(tenant_id, session.id, n)
+            window = await self.buffer.recent(tenant_id, session.id, n)
         except Exception:
             log.warning("buffer unavailable; reading the log", exc_info=True)
             window = None
@@ -270,14 +280,14 @@ class IngestService:
             and len(window) >= min(n, session.last_seq)
         ):
             return [MessageOut.model_validate(m) for m in window]
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             rows = await message_store.page(
-                tx, tenant_id, session.id, before_seq=None, limit=self.r.settings.buffer_window
+                tx, tenant_id, session.id, before_seq=None, limit=self.settings.buffer_window
             )
         entries = [buffer_entry(r) for r in rows]
         if window is not None:
             try:
-                await self.r.buffer.replace(tenant_id, session.id, entries)
+                await self.buffer.replace(tenant_id, session.id, entries)
             except Exception:
                 log.warning("could not rebuild the buffer", exc_info=True)
         return [MessageOut.model_validate(m) for m in entries[-n:]]

@@ -17,7 +17,7 @@ import orjson
 from app.core import terms
 from app.core.chunking import heuristic_importance
 from app.errors import InvalidInput, NotFound
-from app.resources import Resources
+from app.providers.embeddings import Embedder
 from app.schemas.common import Source
 from app.schemas.memories import (
     MemoryCreate,
@@ -30,8 +30,9 @@ from app.schemas.memories import (
 from app.services.promotion import content_hash, epoch, memory_payload
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
+from app.stores.db import Database
 from app.stores.models import Memory, MemoryEvent
-from app.stores.vectors import VectorPoint
+from app.stores.vectors import VectorIndex, VectorPoint
 
 
 def memory_out(row: Memory) -> MemoryOut:
@@ -111,12 +112,14 @@ def _event(row: Memory, event: str, old: Any, new: Any, reason: str | None) -> d
 
 
 class MemoryService:
-    def __init__(self, resources: Resources) -> None:
-        self.r = resources
+    def __init__(self, db: Database, vectors: VectorIndex, embedder: Embedder) -> None:
+        self.db = db
+        self.vectors = vectors
+        self.embedder = embedder
 
     async def create(self, tenant_id: str, body: MemoryCreate) -> MemoryOut:
         now = datetime.now(UTC)
-        dense = (await self.r.embedder.embed([body.content]))[0]
+        dense = (await self.embedder.embed([body.content]))[0]
         row = Memory(
             id=uuid.uuid4(),
             tenant_id=tenant_id,
@@ -138,7 +141,7 @@ class MemoryService:
             created_at=now,
             updated_at=now,
         )
-        async with self.r.db.transaction() as tx:
+        async with self.db.transaction() as tx:
             if body.session_id is not None:
                 session = await session_store.get(tx, tenant_id, body.session_id)
                 if session is None or session.user_id != body.user_id:
@@ -151,11 +154,11 @@ class MemoryService:
                 tx, [_event(row, "created", None, {"content": row.content}, "created by API")]
             )
             point = VectorPoint(row.id, dense, terms.document_vector(row.content), _payload_of(row))
-            await self.r.vectors.upsert([point])
+            await self.vectors.upsert([point])
         return memory_out(row)
 
     async def get(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> MemoryOut:
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
         if row is None:
             raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
@@ -181,7 +184,7 @@ class MemoryService:
                 after = (when.astimezone(UTC), memory_id)
             except (ValueError, OverflowError) as exc:
                 raise InvalidInput("cursor", "is not a cursor this API returned") from exc
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             rows = await memory_store.page(
                 tx, tenant_id, user_id, memory_type=memory_type, after=after, limit=limit + 1
             )
@@ -200,8 +203,8 @@ class MemoryService:
         now = datetime.now(UTC)
         dense: list[float] | None = None
         if body.content is not None:
-            dense = (await self.r.embedder.embed([body.content]))[0]
-        async with self.r.db.transaction() as tx:
+            dense = (await self.embedder.embed([body.content]))[0]
+        async with self.db.transaction() as tx:
             row = await memory_store.get(tx, tenant_id, body.user_id, memory_id)
             if row is None:
                 raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
@@ -226,15 +229,15 @@ class MemoryService:
                 point = VectorPoint(
                     row.id, dense, terms.document_vector(row.content), _payload_of(row)
                 )
-                await self.r.vectors.upsert([point])
+                await self.vectors.upsert([point])
             else:
-                await self.r.vectors.set_payload([(row.id, _payload_of(row))])
+                await self.vectors.set_payload([(row.id, _payload_of(row))])
         return memory_out(row)
 
     async def delete(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:
         """Soft delete: the row stays for the audit trail, the point leaves the index."""
         now = datetime.now(UTC)
-        async with self.r.db.transaction() as tx:
+        async with self.db.transaction() as tx:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
             if row is None:
                 raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
@@ -245,7 +248,7 @@ class MemoryService:
             await memory_store.add_events(
                 tx, [_event(row, "deleted", {"content": row.content}, None, "deleted by API")]
             )
-            await self.r.vectors.delete([row.id])
+            await self.vectors.delete([row.id])
 
     async def history(
         self, tenant_id: str, user_id: str, memory_id: uuid.UUID, cursor: str | None, limit: int
@@ -256,7 +259,7 @@ class MemoryService:
             if len(parts) != 1 or type(parts[0]) is not int or not 0 <= parts[0] < 2**63:
                 raise InvalidInput("cursor", "is not a cursor this API returned")
             after_id = parts[0]
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             if not await memory_store.exists_any(tx, tenant_id, user_id, memory_id):
                 raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
             rows = await memory_store.events_page(

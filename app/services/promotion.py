@@ -24,12 +24,14 @@ import numpy as np
 from app.core import terms
 from app.core.chunking import Chunk, LogMessage, chunk_turns
 from app.errors import EmbeddingRejected
-from app.resources import Resources
+from app.providers.embeddings import Embedder
+from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
+from app.stores.db import Database
 from app.stores.sessions import Claim
-from app.stores.vectors import VectorPoint
+from app.stores.vectors import VectorIndex, VectorPoint
 
 log = logging.getLogger("strata.promotion")
 
@@ -104,10 +106,21 @@ class _Merge:
 
 
 class Promoter:
-    def __init__(self, resources: Resources, owner: str, stop: asyncio.Event | None = None) -> None:
-        self.r = resources
+    def __init__(
+        self,
+        db: Database,
+        vectors: VectorIndex,
+        embedder: Embedder,
+        settings: Settings,
+        *,
+        owner: str,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        self.db = db
+        self.vectors = vectors
+        self.embedder = embedder
+        self.settings = settings
         self.owner = owner
-        self.settings = resources.settings
         self.stop = stop or asyncio.Event()
 
     def _lease_until(self) -> datetime:
@@ -115,7 +128,7 @@ class Promoter:
 
     async def run_once(self, max_sessions: int = 8) -> int:
         """One pass over the backlog; returns how many messages were promoted."""
-        async with self.r.db.transaction() as tx:
+        async with self.db.transaction() as tx:
             claims = await session_store.claim_backlog(
                 tx,
                 owner=self.owner,
@@ -132,7 +145,7 @@ class Promoter:
                 # others; its lease is released and the next pass retries it.
                 log.exception("promotion of session %s failed", claim.session_id)
             finally:
-                async with self.r.db.transaction() as tx:
+                async with self.db.transaction() as tx:
                     await session_store.release_lease(
                         tx, tenant_id=claim.tenant_id, session_id=claim.session_id, owner=self.owner
                     )
@@ -147,7 +160,7 @@ class Promoter:
             # Earlier turns give the first new turns their context; system messages are
             # skipped by the chunker, so read a little more than `context_turns`.
             lookback = context_turns * 3 + 2 if context_turns else 0
-            async with self.r.db.read() as tx:
+            async with self.db.read() as tx:
                 rows = await message_store.seq_range(
                     tx,
                     claim.tenant_id,
@@ -189,7 +202,7 @@ class Promoter:
         lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
         by_line: dict[str, np.ndarray[Any, Any]]
         try:
-            vectors = await self.r.embedder.embed(lines, bulk=True)
+            vectors = await self.embedder.embed(lines, bulk=True)
             by_line = {
                 line: np.asarray(v, dtype=np.float32)
                 for line, v in zip(lines, vectors, strict=True)
@@ -198,7 +211,7 @@ class Promoter:
             by_line = {}
             for line in lines:
                 try:
-                    [one] = await self.r.embedder.embed([line], bulk=True)
+                    [one] = await self.embedder.embed([line], bulk=True)
                     by_line[line] = np.asarray(one, dtype=np.float32)
                 except EmbeddingRejected:
                     log.warning("embedding provider refused a message; it stays unindexed")
@@ -231,13 +244,13 @@ class Promoter:
         if chunks:
             matrix = np.asarray(dense, dtype=np.float32)
             hashes = [content_hash(c.content) for c in chunks]
-            async with self.r.db.read() as tx:
+            async with self.db.read() as tx:
                 # A replayed batch: what already exists is neither rewritten nor re-merged.
                 done = {m.id for m in await memory_store.get_many(tx, [c.id for c in chunks])}
                 same_text = await memory_store.by_hashes(
                     tx, tenant_id, user_id, sorted(set(hashes))
                 )
-            stored = await self.r.vectors.dense_vectors([m.id for m in same_text.values()])
+            stored = await self.vectors.dense_vectors([m.id for m in same_text.values()])
             threshold = self.settings.dedupe_threshold
             seen: dict[str, list[int]] = {}
             for i, chunk in enumerate(chunks):
@@ -353,10 +366,10 @@ class Promoter:
 
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
-        await self.r.vectors.upsert(points)
+        await self.vectors.upsert(points)
         payload_updates: list[tuple[Any, dict[str, Any]]] = []
         try:
-            async with self.r.db.transaction() as tx:
+            async with self.db.transaction() as tx:
                 if not await session_store.advance_watermark(
                     tx,
                     tenant_id=tenant_id,
@@ -405,7 +418,7 @@ class Promoter:
                     tx, [e for e in events if e["event"] != "created" or e["memory_id"] in inserted]
                 )
                 # Under the row locks, before the commit: if the index fails, nothing moves.
-                await self.r.vectors.set_payload(payload_updates)
+                await self.vectors.set_payload(payload_updates)
         except (_Stale, _LeaseLost):
             await self._forget_points_of_gone_session(claim, [p.id for p in points])
             return False
@@ -419,10 +432,10 @@ class Promoter:
         """A session deleted while its batch was promoted: the points just written must go
         too, or recall would keep returning what the caller erased. (When another worker
         took the lease instead, it writes these same ids, so they stay.)"""
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             session = await session_store.get(tx, claim.tenant_id, claim.session_id)
         if session is None or session.created_at.isoformat() != claim.incarnation:
-            await self.r.vectors.delete(ids)
+            await self.vectors.delete(ids)
 
 
 class _Stale(Exception):

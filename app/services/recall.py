@@ -21,12 +21,14 @@ from typing import Any
 
 from app.core import scoring, terms
 from app.errors import NotFound
-from app.resources import Resources
+from app.providers.embeddings import Embedder
 from app.schemas.common import Source
 from app.schemas.recall import RecallRequest, RecallResponse, RecallResult, Scores
+from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
-from app.stores.vectors import VectorHit, VectorQuery
+from app.stores.db import Database
+from app.stores.vectors import VectorHit, VectorIndex, VectorQuery
 
 log = logging.getLogger("strata.recall")
 
@@ -36,9 +38,13 @@ def _dt(value: float | None) -> datetime | None:
 
 
 class RecallService:
-    def __init__(self, resources: Resources) -> None:
-        self.r = resources
-        self.settings = resources.settings
+    def __init__(
+        self, db: Database, vectors: VectorIndex, embedder: Embedder, settings: Settings
+    ) -> None:
+        self.db = db
+        self.vectors = vectors
+        self.embedder = embedder
+        self.settings = settings
         self._pending: dict[tuple[str, str], Counter[uuid.UUID]] = {}
         self._flusher: asyncio.Task[None] | None = None
         # The user's highest access count normalises importance; a few seconds stale is fine.
@@ -52,7 +58,7 @@ class RecallService:
     async def recall(self, tenant_id: str, body: RecallRequest) -> RecallResponse:
         start = time.perf_counter()
         if body.session_id is not None:
-            async with self.r.db.read() as tx:
+            async with self.db.read() as tx:
                 session = await session_store.get(tx, tenant_id, body.session_id)
             if session is None or session.user_id != body.user_id:
                 raise NotFound(
@@ -108,7 +114,7 @@ class RecallService:
         dense_task = asyncio.ensure_future(self._embed_query(query))
         max_access = await self._max_access_count(tenant_id, user_id)
         dense = await dense_task
-        hits = await self.r.vectors.search(
+        hits = await self.vectors.search(
             VectorQuery(
                 tenant_id=tenant_id,
                 user_id=user_id,
@@ -176,7 +182,7 @@ class RecallService:
         if cached is not None:
             self._query_vectors.move_to_end(query)
             return cached
-        vector = (await self.r.embedder.embed([query]))[0]
+        vector = (await self.embedder.embed([query]))[0]
         self._query_vectors[query] = vector
         if len(self._query_vectors) > QUERY_CACHE_SIZE:
             self._query_vectors.popitem(last=False)
@@ -187,7 +193,7 @@ class RecallService:
         cached = self._max_access.get(key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        async with self.r.db.read() as tx:
+        async with self.db.read() as tx:
             value = await memory_store.max_access_count(tx, tenant_id, user_id)
         if len(self._max_access) > 10_000:
             self._max_access.clear()
@@ -217,7 +223,7 @@ class RecallService:
             while pending:
                 (tenant_id, user_id), counts = next(iter(pending.items()))
                 try:
-                    async with self.r.db.transaction() as tx:
+                    async with self.db.transaction() as tx:
                         new = await memory_store.reinforce(tx, tenant_id, user_id, counts, now)
                 except Exception:
                     log.warning("reinforcement of %d memories failed", len(counts), exc_info=True)
@@ -226,7 +232,7 @@ class RecallService:
                 del pending[(tenant_id, user_id)]
                 self._max_access.pop((tenant_id, user_id), None)
                 try:
-                    await self.r.vectors.set_payload(
+                    await self.vectors.set_payload(
                         [
                             (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
                             for mid, n in new

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from app.services.promotion import Promoter
 from app.stores import sessions as session_store
 from app.stores.models import Memory, MemoryEvent, Session
+from app.wiring import build_promoter
 from tests.conftest import Running, full_settings, post_messages, turn
 
 
@@ -45,8 +45,8 @@ async def test_two_workers_on_one_backlog_write_nothing_twice(idle_app: Running)
     messages = [turn(f"distinct fact {i} about item{i}", id=f"m{i}") for i in range(40)]
     await post_messages(idle_app, session, user, messages, wait=False)
 
-    a = Promoter(idle_app.resources, "worker-a")
-    b = Promoter(idle_app.resources, "worker-b")
+    a = build_promoter(idle_app.resources, "worker-a")
+    b = build_promoter(idle_app.resources, "worker-b")
     for _ in range(20):
         done = await asyncio.gather(a.run_once(), b.run_once())
         if sum(done) == 0:
@@ -71,7 +71,7 @@ async def test_a_crashed_workers_lease_expires_and_another_takes_over(idle_app: 
         )
     assert [c.session_id for c in claims] == [session]
 
-    other = Promoter(idle_app.resources, "survivor")
+    other = build_promoter(idle_app.resources, "survivor")
     assert await other.run_once() == 0  # the lease still holds
     async with idle_app.resources.db.transaction() as tx:
         await tx.execute(
@@ -93,7 +93,7 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(idle_app: Running) -
         )
         # Another worker takes the session over meanwhile.
         await tx.execute(sa.update(Session).where(Session.id == session).values(lease_owner="fast"))
-    slow = Promoter(idle_app.resources, "slow")
+    slow = build_promoter(idle_app.resources, "slow")
     assert await slow.promote(claim) == 0
     assert await counts(idle_app, session) == (0, 0, 0)
 
@@ -115,7 +115,7 @@ async def test_a_session_deleted_mid_promotion_leaves_nothing_searchable(
 
     vectors.upsert = upsert_then_delete_session  # type: ignore[method-assign]
     try:
-        assert await Promoter(idle_app.resources, "w").run_once() == 0
+        assert await build_promoter(idle_app.resources, "w").run_once() == 0
     finally:
         vectors.upsert = real_upsert  # type: ignore[method-assign]
     found = await idle_app.client.post(
@@ -129,7 +129,7 @@ async def test_a_reused_session_id_is_indexed_afresh(idle_app: Running) -> None:
     await post_messages(
         idle_app, session, "first", [turn("durian is smelly"), turn("ok")], wait=False
     )
-    promoter = Promoter(idle_app.resources, "w")
+    promoter = build_promoter(idle_app.resources, "w")
     await promoter.run_once()
     listed = await idle_app.client.get("/v1/memories", params={"user_id": "first"})
     mid = listed.json()["items"][0]["id"]

@@ -1,0 +1,49 @@
+"""The one place that builds the services from the opened clients.
+
+The api lifespan, the worker (and later a CLI or an MCP server) call `build_services`, so
+every entry point runs the same objects wired the same way. Each service is handed the
+collaborators it uses in its constructor: what a service depends on is visible in its
+signature, and a test can build one from real stores without the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from app.resources import Resources
+from app.services.context import ContextService
+from app.services.health import HealthService
+from app.services.ingest import IngestService
+from app.services.memories import MemoryService
+from app.services.promotion import Promoter
+from app.services.recall import RecallService
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    ingest: IngestService
+    memories: MemoryService
+    recall: RecallService
+    context: ContextService
+    health: HealthService
+
+
+def build_services(resources: Resources) -> Services:
+    r = resources
+    ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
+    recall = RecallService(r.db, r.vectors, r.embedder, r.settings)
+    return Services(
+        ingest=ingest,
+        memories=MemoryService(r.db, r.vectors, r.embedder),
+        recall=recall,
+        context=ContextService(ingest, recall, r.tokens, window=r.settings.buffer_window),
+        health=HealthService(
+            {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
+        ),
+    )
+
+
+def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:
+    r = resources
+    return Promoter(r.db, r.vectors, r.embedder, r.settings, owner=owner, stop=stop)
