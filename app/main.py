@@ -13,6 +13,7 @@ from typing import TypedDict
 
 from fastapi import FastAPI
 
+from app import logs
 from app.api import context, health, ingest, memories, recall
 from app.api import errors as api_errors
 from app.resources import Resources, open_resources
@@ -42,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        logs.configure(settings.log_level, settings.log_format)
         async with open_resources(settings) as resources:
             services = build_services(resources)
             stop = asyncio.Event()

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = None
     default_tenant: str = "default"
 
+    # Logs: JSON lines carrying the request id (api) and the job id (worker).
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="json: one object per line; text: for a terminal"
+    )
+
     # Worker.
     worker_in_process: bool | None = Field(
         default=None, description="run the promotion worker inside the api; default: embedded"

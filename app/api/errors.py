@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import socket
 import uuid
@@ -20,10 +19,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import AppError
+from app.logs import request_id_var
 
 log = logging.getLogger("strata.api")
-
-request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 _STATUS_CODES = {
     400: "bad_request",
@@ -99,7 +97,7 @@ def problem(
         "status": status,
         "detail": detail,
         "code": code,
-        "request_id": request_id_var.get(),
+        "request_id": request_id_var.get() or "-",
     }
     if errors is not None:
         body["errors"] = errors

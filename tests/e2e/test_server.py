@@ -7,10 +7,12 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +27,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_and_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     port = _free_port()
     env = {**os.environ, "STRATA_DATA_DIR": str(tmp_path_factory.mktemp("e2e-data"))}
     env = {k: v for k, v in env.items() if not k.startswith("STRATA_") or k == "STRATA_DATA_DIR"}
@@ -51,13 +53,34 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 pass
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.3)
-        yield url
+        yield url, log
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def server(server_and_log: tuple[str, Path]) -> str:
+    return server_and_log[0]
+
+
+def test_logs_are_json_lines_with_the_request_id(server_and_log: tuple[str, Path]) -> None:
+    url, log = server_and_log
+    rid = f"e2e-log-{uuid.uuid4().hex[:8]}"
+    assert httpx.get(f"{url}/healthz", headers={"x-request-id": rid}).status_code == 200
+    deadline = time.monotonic() + 10
+    while True:
+        entries = [orjson.loads(line) for line in log.read_text().splitlines() if line[:1] == "{"]
+        mine = [e for e in entries if e.get("request_id") == rid]
+        if mine or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert mine, log.read_text()[-2000:]
+    assert mine[0]["logger"] == "uvicorn.access"
+    assert "/healthz" in mine[0]["msg"]
 
 
 def test_ingest_then_recall_and_context_over_http(server: str) -> None:

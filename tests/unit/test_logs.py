@@ -1,0 +1,58 @@
+"""Structured logs carry the ids of the work that wrote them."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+
+from app.logs import JsonFormatter, TextFormatter, job_id_var, request_id_var
+
+
+def _record(msg: str, **extra: object) -> logging.LogRecord:
+    record = logging.makeLogRecord({"name": "strata.test", "levelname": "WARNING", "msg": msg})
+    record.__dict__.update(extra)
+    return record
+
+
+def test_json_line_carries_request_and_job_ids_and_extras() -> None:
+    token_r, token_j = request_id_var.set("req-1"), job_id_var.set("job-9")
+    try:
+        line = JsonFormatter().format(_record("hello %s", session_id="s-1"))
+    finally:
+        request_id_var.reset(token_r)
+        job_id_var.reset(token_j)
+    entry = orjson.loads(line)
+    assert entry["msg"] == "hello %s"
+    assert entry["request_id"] == "req-1"
+    assert entry["job_id"] == "job-9"
+    assert entry["session_id"] == "s-1"
+    assert entry["level"] == "warning"
+    assert entry["logger"] == "strata.test"
+
+
+def test_ids_absent_outside_a_request_or_job() -> None:
+    entry = orjson.loads(JsonFormatter().format(_record("idle")))
+    assert "request_id" not in entry
+    assert "job_id" not in entry
+
+
+def test_exceptions_are_kept_in_one_json_line() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = _record("failed")
+        record.exc_info = sys.exc_info()
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    assert "ValueError: boom" in orjson.loads(line)["exc"]
+
+
+def test_text_format_names_the_ids() -> None:
+    token = request_id_var.set("req-2")
+    try:
+        line = TextFormatter().format(_record("hi"))
+    finally:
+        request_id_var.reset(token)
+    assert line == "WARNING strata.test: hi [request_id=req-2]"
