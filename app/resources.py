@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from app.core import terms
 from app.core.tokens import TokenCounter
 from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
+from app.providers.llm import LLM, OpenAICompatibleLLM
 from app.settings import Settings
 from app.stores.buffer import Buffer
 from app.stores.db import Database, create_engine, migrate
@@ -34,6 +35,7 @@ class Resources:
     vectors: VectorIndex
     embedder: Embedder
     tokens: TokenCounter
+    llm: LLM | None = None  # None: every LLM use falls back to its heuristic
 
 
 def _redis(settings: Settings) -> Redis:
@@ -60,6 +62,20 @@ def _embedder(settings: Settings) -> Embedder:
         )
         return OpenAIEmbedder(client, model=settings.embedding_model, dim=settings.embedding_dim)
     return LocalUSE(bulk_threads=settings.embed_bulk_threads)
+
+
+def _llm(settings: Settings) -> LLM | None:
+    if not settings.llm_url:
+        return None
+    key = settings.llm_api_key
+    client = httpx.AsyncClient(
+        base_url=settings.llm_url,
+        headers={"Authorization": f"Bearer {key.get_secret_value()}"} if key else {},
+        timeout=settings.llm_timeout_seconds,
+    )
+    return OpenAICompatibleLLM(
+        client, model=settings.llm_model, max_attempts=settings.llm_max_attempts
+    )
 
 
 @contextlib.asynccontextmanager
@@ -105,11 +121,15 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         await vectors.ensure_collection()
 
         tokens = TokenCounter(settings.tokenizer)
+        llm = _llm(settings)
+        if llm is not None:
+            stack.push_async_callback(llm.close)
         log.info(
-            "resources open: db=%s redis=%s vectors=%s embedder=%s",
+            "resources open: db=%s redis=%s vectors=%s embedder=%s llm=%s",
             db.dialect,
             "server" if settings.redis_url else "in-process",
             "server" if settings.qdrant_url else "edge",
             embedder.model_id,
+            llm.model if llm is not None else "none",
         )
-        yield Resources(settings, db, buffer, vectors, embedder, tokens)
+        yield Resources(settings, db, buffer, vectors, embedder, tokens, llm)

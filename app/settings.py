@@ -76,6 +76,17 @@ class Settings(BaseSettings):
         default=2, ge=1, le=16, description="threads for promotion's batch embedding"
     )
 
+    # LLM (optional): any OpenAI-compatible chat completions endpoint. Unset: heuristics only.
+    llm_url: str | None = Field(
+        default=None, description="base URL, e.g. https://api.openai.com or http://host:8000/v1"
+    )
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(default=20.0, gt=0, description="per attempt")
+    llm_max_attempts: int = Field(
+        default=3, ge=1, le=10, description="attempts per call (429, 5xx, time-outs retried)"
+    )
+
     # Promotion.
     dense_context_turns: int = Field(
         default=1, ge=0, le=4, description="previous turns embedded with each turn"
