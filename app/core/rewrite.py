@@ -1,0 +1,195 @@
+"""Query rewriting without an LLM: a follow-up that leans on the conversation ("what about
+her?", 「那摔伤算吗？」) becomes a standalone query from the session's last turns.
+
+The heuristic, in two steps, Chinese and English alike:
+1. Does the query depend on the conversation? It does when it holds a pronoun or a
+   demonstrative (it/that/this/they/he/she/her/those/one; 它/他/她/这/那/这个/那个/这些/他们…)
+   or opens or closes as an ellipsis ("what about …", "and …?", 「那…」, 「…呢？」).
+   Anything else is self-contained and returned unchanged.
+2. The salient terms of the recent turns: names and nouns (jieba's part-of-speech tags for
+   Chinese; capitalised words and content words for English), weighted by how recent the
+   turn is and how often the term recurs, user turns above assistant turns. A personal
+   pronoun is resolved to the most salient name when there is one; otherwise the query is
+   expanded with the top terms, which is what recall needs (both the lexical and the dense
+   ranking then see the subject the user left out).
+
+Pure functions, no I/O: the rewrite service feeds them the turns it read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jieba.posseg
+
+from app.core.terms import CHINESE_STOPWORDS, ENGLISH_STOPWORDS
+
+# Personal pronouns a name can stand in for; the rest of the anaphora only expand.
+_EN_PERSONAL = frozenset({"he", "him", "his", "she", "her", "hers", "they", "them", "their"})
+_EN_ANAPHORA = _EN_PERSONAL | frozenset(
+    {"it", "its", "that", "this", "these", "those", "one", "ones", "there", "same"}
+)
+_EN_ELLIPSIS = re.compile(
+    r"^\s*(and|also|what about|how about|what if|same for|then|so)\b", re.IGNORECASE
+)
+_ZH_PERSONAL = ("他们", "她们", "他", "她")
+_ZH_ANAPHORA = re.compile(r"[它他她这那此]")
+_ZH_ELLIPSIS = re.compile(r"(^\s*(那|那么|还有|另外)|呢\s*[？?]?\s*$)")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+# Common English verbs, adjectives, adverbs and time words: never the subject a follow-up
+# leaves out. (No English tagger ships offline; this list does the job of one, roughly.)
+_EN_NOT_SUBJECT = frozenset(
+    """
+    about actually after again ago already also always another anyway around away back bad
+    best better big broke brought buy bought call called came can't come coming could did
+    does doing done don't down enjoy enjoyed even ever every feel feeling felt find fine
+    found get gets getting give given glad go goes going gone good got great had happy has
+    have having hear heard hello help hey hi hope how i'd i'll i'm i've just keep kind know
+    last later let let's like liked little look looking lot lots love loved lovely made
+    make making many maybe mean might more most much must need needed never new next nice
+    now okay old one only other please pretty put quite really right said same saw say says
+    see seem seems sent should since sorry sound sounds still stay staying sure take taking
+    tell thank thanks that's there's thing things think thought today told tomorrow tonight
+    took tried try trying two use used very visit visiting want wanted wants was way week
+    weekend well went what's will wish without wonderful won't work would wow yeah year
+    years yes yesterday yet you're
+    """.split()  # noqa: SIM905 (a word list reads best as words)
+)
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+# jieba tags kept as salient: nouns, names, places, organisations, other proper nouns,
+# verbal nouns, and Latin-script words inside Chinese text.
+_ZH_NOUN_TAGS = ("n", "nr", "ns", "nt", "nz", "nw", "vn", "eng")
+
+RECENT_TURNS = 6
+MAX_TERMS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    query: str
+    rewritten: str
+    changed: bool
+    method: str  # "heuristic" or "none" here; the service adds "llm"
+    terms: tuple[str, ...] = ()
+
+
+def _english_words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def needs_context(query: str) -> bool:
+    """True when the query leans on the conversation (a pronoun, a demonstrative, an
+    ellipsis); a self-contained query is left alone."""
+    if _EN_ELLIPSIS.search(query) or _ZH_ELLIPSIS.search(query):
+        return True
+    if any(w in _EN_ANAPHORA for w in _english_words(query)):
+        return True
+    return bool(_ZH_ANAPHORA.search(query))
+
+
+def _terms_of(text: str) -> list[tuple[str, float]]:
+    """(term, weight) of one turn: names count double."""
+    out: list[tuple[str, float]] = []
+    if _CJK.search(text):
+        for word, tag in jieba.posseg.cut(text):
+            word = word.strip()
+            if not word or word in CHINESE_STOPWORDS or not tag.startswith(_ZH_NOUN_TAGS):
+                continue
+            if tag == "eng" and (word.lower() in ENGLISH_STOPWORDS or len(word) < 2):
+                continue
+            out.append((word, 2.0 if tag in ("nr", "ns", "nt", "nz", "eng") else 1.0))
+        return out
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        for i, match in enumerate(_WORD.finditer(sentence)):
+            word = match.group(0).strip("'-")
+            lower = word.lower()
+            if lower in ENGLISH_STOPWORDS or lower in _EN_ANAPHORA or len(word) < 3:
+                continue
+            if lower in _EN_NOT_SUBJECT or (lower.endswith("ly") and len(lower) > 4):
+                continue
+            # A capital inside a sentence marks a name; at its start it marks nothing.
+            name = word[0].isupper() and i > 0
+            out.append((word if name else lower, 2.0 if name else 1.0))
+    return out
+
+
+def salient_terms(turns: Sequence[Turn], *, exclude: str = "", k: int = MAX_TERMS) -> list[str]:
+    """The top `k` terms of the last turns (newest last), most salient first."""
+    recent = [t for t in turns if t.role in ("user", "assistant")][-RECENT_TURNS:]
+    scores: dict[str, float] = defaultdict(float)
+    first_seen: dict[str, int] = {}
+    excluded = exclude.lower()
+    for distance, turn in enumerate(reversed(recent)):
+        # The user states what they care about; the assistant's replies mostly echo it.
+        recency = 0.75**distance
+        speaker = 1.0 if turn.role == "user" else 0.5
+        for term, weight in _terms_of(turn.content):
+            if term.lower() in excluded:
+                continue  # the query says it already
+            scores[term] += weight * recency * speaker
+            first_seen.setdefault(term, len(first_seen))
+    ranked = sorted(scores, key=lambda t: (-scores[t], first_seen[t]))
+    if not ranked:
+        return []
+    top = scores[ranked[0]]
+    return [t for t in ranked[:k] if scores[t] >= 0.5 * top]
+
+
+def _resolve_person(query: str, name: str) -> str | None:
+    """The query with its first personal pronoun replaced by `name`, if it has one."""
+    for pronoun in _ZH_PERSONAL:
+        if pronoun in query:
+            return query.replace(pronoun, name, 1)
+    match = re.search(
+        r"\b(" + "|".join(sorted(_EN_PERSONAL, key=len, reverse=True)) + r")\b",
+        query,
+        re.IGNORECASE,
+    )
+    if match is None:
+        return None
+    pronoun = match.group(1).lower()
+    replacement = f"{name}'s" if pronoun in ("his", "their", "hers") else name
+    return query[: match.start()] + replacement + query[match.end() :]
+
+
+def _is_name(term: str) -> bool:
+    return term[:1].isupper() or (bool(_CJK.search(term)) and len(term) <= 4)
+
+
+def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
+    """The standalone form of `query` given the session's turns (newest last)."""
+    if not needs_context(query):
+        return Rewrite(query, query, False, "none")
+    terms = salient_terms(turns, exclude=query)
+    if not terms:
+        return Rewrite(query, query, False, "none")
+    names = [t for t in terms if _is_name(t) and _person_like(t, turns)]
+    if names:
+        resolved = _resolve_person(query, names[0])
+        if resolved is not None:
+            rest = [t for t in terms if t != names[0]][:1]
+            rewritten = f"{resolved} {' '.join(rest)}".strip()
+            return Rewrite(query, rewritten, True, "heuristic", (names[0], *rest))
+    rewritten = f"{query.rstrip()} {' '.join(terms)}"
+    return Rewrite(query, rewritten, True, "heuristic", tuple(terms))
+
+
+def _person_like(term: str, turns: Sequence[Turn]) -> bool:
+    """A term is taken for a person when jieba tags it a person's name, or when it is a
+    capitalised English word (a weak but cheap sign)."""
+    if _CJK.search(term):
+        return any(
+            word == term and tag == "nr"
+            for t in turns[-RECENT_TURNS:]
+            for word, tag in jieba.posseg.cut(t.content)
+        )
+    return term[:1].isupper()

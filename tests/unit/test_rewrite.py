@@ -1,0 +1,81 @@
+"""The heuristic rewrite of follow-ups, Chinese and English (no LLM)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.rewrite import Turn, heuristic_rewrite, needs_context, salient_terms
+
+INSURANCE = [
+    Turn("user", "我上个月买了一份意外险，保额五十万。"),
+    Turn("assistant", "好的，意外险一般包括意外医疗和身故伤残。"),
+]
+SISTER = [
+    Turn("user", "My sister Maria is visiting next week."),
+    Turn("assistant", "That sounds lovely! Where will she stay?"),
+]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "那摔伤算吗？",
+        "what about her?",
+        "Is it covered?",
+        "它多少钱？",
+        "And the flight?",
+        "这个呢？",
+    ],
+)
+def test_follow_ups_need_context(query: str) -> None:
+    assert needs_context(query)
+
+
+@pytest.mark.parametrize(
+    "query", ["Where does Ana live?", "Lisbon", "意外险的保额是多少？", "Which city did I move to?"]
+)
+def test_self_contained_queries_are_returned_unchanged(query: str) -> None:
+    result = heuristic_rewrite(query, INSURANCE + SISTER)
+    assert not needs_context(query)
+    assert (result.rewritten, result.changed, result.method) == (query, False, "none")
+
+
+def test_chinese_ellipsis_is_expanded_with_the_subject_of_the_last_turns() -> None:
+    result = heuristic_rewrite("那摔伤算吗？", INSURANCE)
+    assert result.changed
+    assert result.method == "heuristic"
+    assert result.rewritten.startswith("那摔伤算吗？")
+    assert "意外险" in result.rewritten
+
+
+def test_an_english_pronoun_is_resolved_to_the_person_named() -> None:
+    result = heuristic_rewrite("what about her?", SISTER)
+    assert result.rewritten.startswith("what about Maria?")
+
+
+def test_a_chinese_pronoun_is_resolved_to_the_person_named() -> None:
+    turns = [Turn("user", "我女儿小雨今年五岁了。"), Turn("assistant", "真可爱！")]
+    assert heuristic_rewrite("她喜欢什么？", turns).rewritten.startswith("小雨喜欢什么")
+
+
+def test_expansion_takes_the_users_subject_not_the_assistants_filler() -> None:
+    turns = [
+        Turn("user", "I broke my phone screen yesterday."),
+        Turn("assistant", "Sorry to hear that."),
+    ]
+    result = heuristic_rewrite("Is it covered by the policy?", turns)
+    assert {"phone", "screen"} <= set(result.terms)
+    assert not {"sorry", "hear", "broke", "yesterday"} & set(result.terms)
+
+
+def test_newer_turns_weigh_more_than_older_ones() -> None:
+    turns = [
+        Turn("user", "We talked about the Tokyo apartment."),
+        Turn("user", "Now I am looking at a flat in Berlin."),
+    ]
+    assert salient_terms(turns, k=1) == ["Berlin"]
+
+
+def test_without_turns_nothing_is_invented() -> None:
+    result = heuristic_rewrite("what about her?", [])
+    assert (result.rewritten, result.changed) == ("what about her?", False)
