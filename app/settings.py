@@ -80,6 +80,15 @@ class Settings(BaseSettings):
     )
     sparse_context_weight: float = Field(default=0.5, ge=0, le=1)
     dedupe_threshold: float = Field(default=0.97, gt=0, le=1)
+    promote_retry_base_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="a session whose promotion failed waits this long before its retry, "
+        "doubling with each failure in a row",
+    )
+    promote_retry_max_seconds: float = Field(
+        default=300.0, gt=0, description="the longest wait of a failing session"
+    )
 
     # Recall scoring (DESIGN §4.1); defaults from the LoCoMo benchmark.
     weight_semantic: float = Field(default=0.9, ge=0)
