@@ -1,5 +1,6 @@
-"""The promotion worker: `python -m app.worker` (full stack), or a task inside the api
-(embedded). Both run `run_worker` on resources from the same factory."""
+"""The worker: `python -m app.worker` (full stack), or a task inside the api (embedded).
+Both run `run_worker` on resources from the same factory: promotion, and beside it the job
+runner and the periodic scheduler (docs/jobs.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import signal
 import socket
 import uuid
 
+from app.jobs.catalog import build_registry
+from app.jobs.registry import Registry
+from app.jobs.runner import JobRunner
+from app.jobs.scheduler import Scheduler
 from app.resources import Resources, open_resources
 from app.services.promotion import Promoter
 from app.settings import Settings
@@ -19,13 +24,17 @@ from app.stores.buffer import WakeListener
 log = logging.getLogger("strata.worker")
 
 
-async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
+async def run_worker(
+    resources: Resources, stop: asyncio.Event, registry: Registry | None = None
+) -> None:
     """Promote until `stop` is set: a pass after every wake-up, and one per poll interval
-    (a missed wake-up only delays work). Errors are logged and retried, never fatal."""
+    (a missed wake-up only delays work). Errors are logged and retried, never fatal.
+    Jobs of `registry` (default: every kind the service has) run alongside."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     promoter = Promoter(resources, owner, stop)
     listener = resources.buffer.wake_listener()
     poll = resources.settings.worker_poll_seconds
+    jobs = _start_jobs(resources, owner, stop, registry)
     log.info("worker %s started", owner)
     try:
         while not stop.is_set():
@@ -43,9 +52,44 @@ async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
                 # Not saturated: let a trickle of single messages gather into one pass.
                 await _sleep_or_stop(stop, resources.settings.worker_debounce_seconds)
     finally:
+        if not stop.is_set():  # cancelled: the job tasks will not see `stop`
+            for task in jobs:
+                task.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
         with contextlib.suppress(Exception):
             await listener.close()
         log.info("worker %s stopped", owner)
+
+
+def _start_jobs(
+    resources: Resources, owner: str, stop: asyncio.Event, registry: Registry | None
+) -> list[asyncio.Task[None]]:
+    """The job runner and the scheduler, as tasks that end when `stop` is set."""
+    settings = resources.settings
+    registry = registry or build_registry(resources.db, settings)
+    runner = JobRunner(
+        resources.db,
+        owner,
+        registry,
+        lease_seconds=settings.job_lease_seconds,
+        poll_seconds=settings.job_poll_seconds,
+        retry_base_seconds=settings.job_retry_base_seconds,
+        retry_max_seconds=settings.job_retry_max_seconds,
+        concurrency=settings.job_concurrency,
+    )
+    scheduler = Scheduler(
+        resources.db,
+        owner,
+        registry.schedules,
+        lease_seconds=settings.job_lease_seconds,
+        # Renews the leader leases in time; a period's job is at most this late.
+        tick_seconds=settings.job_lease_seconds / 3,
+        max_attempts=settings.job_max_attempts,
+    )
+    return [
+        asyncio.create_task(runner.run(stop), name="strata-jobs"),
+        asyncio.create_task(scheduler.run(stop), name="strata-scheduler"),
+    ]
 
 
 async def _wait_for_work(listener: WakeListener, stop: asyncio.Event, poll: float) -> None:
