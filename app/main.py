@@ -11,13 +11,14 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from app.api import context, health, ingest, memories, recall
+from app.api import context, health, ingest, jobs, memories, recall
 from app.api import errors as api_errors
 from app.api.deps import Services
 from app.resources import open_resources
 from app.services.context import ContextService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
+from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.recall import RecallService
 from app.settings import Settings
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 recall=recall_service,
                 context=ContextService(resources, ingest_service, recall_service),
                 health=HealthService(resources),
+                jobs=JobService(resources.db, max_attempts=settings.job_max_attempts),
             )
             stop = asyncio.Event()
             worker = (
@@ -70,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     api_errors.install(app)
-    for module in (health, ingest, memories, recall, context):
+    for module in (health, ingest, memories, recall, context, jobs):
         app.include_router(module.router)
     return app
 
