@@ -12,10 +12,8 @@ import signal
 import socket
 import uuid
 
-from app.jobs.catalog import build_registry
+from app.jobs import tasks as job_tasks
 from app.jobs.registry import Registry
-from app.jobs.runner import JobRunner
-from app.jobs.scheduler import Scheduler
 from app.resources import Resources, open_resources
 from app.services.promotion import Promoter
 from app.settings import Settings
@@ -34,7 +32,7 @@ async def run_worker(
     promoter = Promoter(resources, owner, stop)
     listener = resources.buffer.wake_listener()
     poll = resources.settings.worker_poll_seconds
-    jobs = _start_jobs(resources, owner, stop, registry)
+    jobs = job_tasks.start(resources.db, resources.settings, owner, stop, registry)
     log.info("worker %s started", owner)
     try:
         while not stop.is_set():
@@ -59,37 +57,6 @@ async def run_worker(
         with contextlib.suppress(Exception):
             await listener.close()
         log.info("worker %s stopped", owner)
-
-
-def _start_jobs(
-    resources: Resources, owner: str, stop: asyncio.Event, registry: Registry | None
-) -> list[asyncio.Task[None]]:
-    """The job runner and the scheduler, as tasks that end when `stop` is set."""
-    settings = resources.settings
-    registry = registry or build_registry(resources.db, settings)
-    runner = JobRunner(
-        resources.db,
-        owner,
-        registry,
-        lease_seconds=settings.job_lease_seconds,
-        poll_seconds=settings.job_poll_seconds,
-        retry_base_seconds=settings.job_retry_base_seconds,
-        retry_max_seconds=settings.job_retry_max_seconds,
-        concurrency=settings.job_concurrency,
-    )
-    scheduler = Scheduler(
-        resources.db,
-        owner,
-        registry.schedules,
-        lease_seconds=settings.job_lease_seconds,
-        # Renews the leader leases in time; a period's job is at most this late.
-        tick_seconds=settings.job_lease_seconds / 3,
-        max_attempts=settings.job_max_attempts,
-    )
-    return [
-        asyncio.create_task(runner.run(stop), name="strata-jobs"),
-        asyncio.create_task(scheduler.run(stop), name="strata-scheduler"),
-    ]
 
 
 async def _wait_for_work(listener: WakeListener, stop: asyncio.Event, poll: float) -> None:
