@@ -1,16 +1,23 @@
-"""`GET /v1/jobs/{id}` and `POST /v1/jobs/{id}/rerun`, in both run modes: a failed job is
-visible with its error and attempts, and re-runnable; other tenants' jobs do not exist."""
+"""Jobs in the running app, in both modes: `GET /v1/jobs/{id}` shows a failed job with its
+error and attempts, `POST /v1/jobs/{id}/rerun` runs it again, other tenants' jobs do not
+exist; and the app's worker runs the periodic housekeeping job."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
-from app.jobs.registry import JobContext
+from app.jobs.housekeeping import PURGE_FINISHED_JOBS
+from app.jobs.registry import SYSTEM_TENANT, JobContext
+from app.jobs.scheduler import period_start
 from app.services.jobs import JobService
+from app.stores.models import Job
 from tests.conftest import Running
 from tests.integration.test_jobs import make_runner
 
@@ -74,3 +81,24 @@ async def test_unknown_and_foreign_jobs_are_not_found(running: Running, kind: st
             assert resp.json()["code"] == "job_not_found"
     bad = await running.client.get("/v1/jobs/not-a-uuid")
     assert bad.status_code == 422
+
+
+async def test_the_worker_runs_todays_housekeeping_job(running: Running) -> None:
+    today = period_start(datetime.now(UTC), timedelta(days=1))
+    deadline = time.monotonic() + 30
+    while True:
+        async with running.resources.db.read() as tx:
+            job = await tx.scalar(
+                sa.select(Job).where(
+                    Job.tenant_id == SYSTEM_TENANT,
+                    Job.kind == PURGE_FINISHED_JOBS,
+                    Job.key == f"{PURGE_FINISHED_JOBS}@{today.isoformat()}",
+                )
+            )
+        if job is not None and job.state == "succeeded":
+            break
+        assert time.monotonic() < deadline, job
+        await asyncio.sleep(0.1)
+    assert job.due_at == today
+    assert job.result is not None
+    assert job.result["finished_before"] == (today - timedelta(days=7)).isoformat()
