@@ -22,7 +22,7 @@ from app.stores.models import Job
 from tests.integration.job_worker import SLOW_EFFECT
 
 ROOT = Path(__file__).resolve().parents[2]
-LEASE_SECONDS = 1.5
+LEASE_SECONDS = 2.0
 
 
 @pytest.fixture

@@ -214,12 +214,12 @@ async def test_an_expired_lease_is_taken_over(db: Database, kind: str) -> None:
             owner="crashed",
             kinds={kind},
             now=now,
-            lease_until=now + timedelta(seconds=0.3),
+            lease_until=now + timedelta(seconds=1),
             limit=1,
         )
     survivor = make_runner(db, {kind: ok}, owner="survivor")
     assert await survivor.run_once() is None  # the lease still holds
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.1)
     assert await survivor.run_once() == job.id
     done = await get(db, job.id)
     assert (done.state, done.attempts, done.result) == ("succeeded", 2, {"attempt": 2})
@@ -292,12 +292,12 @@ async def test_the_heartbeat_keeps_a_long_job_and_cancels_it_once_lost(
 
     async def long(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
         started.set()
-        await asyncio.sleep(1.0)  # over three lease lengths
+        await asyncio.sleep(2.0)  # over three lease lengths
         return {"done": True}
 
     job = await enqueue(db, kind, "long")
-    a = make_runner(db, {kind: long}, owner="a", lease=0.3)
-    b = make_runner(db, {kind: long}, owner="b", lease=0.3)
+    a = make_runner(db, {kind: long}, owner="a", lease=0.6)
+    b = make_runner(db, {kind: long}, owner="b", lease=0.6)
     running = asyncio.create_task(a.run_once())
     await asyncio.wait_for(started.wait(), 5)
     # b polls all along: were the lease not renewed, b would take the job over.
@@ -321,7 +321,7 @@ async def test_the_heartbeat_keeps_a_long_job_and_cancels_it_once_lost(
         return {}
 
     stuck = await enqueue(db, kind + ".stuck", "k")
-    a = make_runner(db, {kind + ".stuck": forever}, owner="a", lease=0.3)
+    a = make_runner(db, {kind + ".stuck": forever}, owner="a", lease=0.6)
     running = asyncio.create_task(a.run_once())
     await asyncio.wait_for(started.wait(), 5)
     later = datetime.now(UTC) + timedelta(minutes=2)
