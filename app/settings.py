@@ -97,6 +97,45 @@ class Settings(BaseSettings):
     )
     sparse_context_weight: float = Field(default=0.5, ge=0, le=1)
     dedupe_threshold: float = Field(default=0.97, gt=0, le=1)
+    promote_retry_base_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="a session whose promotion failed waits this long before its retry, "
+        "doubling with each failure in a row",
+    )
+    promote_retry_max_seconds: float = Field(
+        default=300.0, gt=0, description="the longest wait of a failing session"
+    )
+
+    # Jobs: durable background work and periodic schedules (docs/jobs.md).
+    job_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="a running job's lease, renewed every third of it; once it expires "
+        "(its runner died) another runner takes the job over. Also the schedules' leader "
+        "lease, which the scheduler renews (and checks for due periods) as often",
+    )
+    job_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="how often an idle runner looks for due jobs",
+    )
+    job_concurrency: int = Field(default=2, ge=1, le=64, description="jobs a worker runs at once")
+    job_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="attempts a job gets (a runner that died counts) before it is failed",
+    )
+    job_retry_base_seconds: float = Field(
+        default=1.0, gt=0, description="a failed attempt's wait, doubling with each one"
+    )
+    job_retry_max_seconds: float = Field(
+        default=300.0, gt=0, description="the longest wait between attempts"
+    )
+    job_keep_succeeded_days: float = Field(
+        default=7.0, gt=0, description="succeeded jobs older than this are purged daily"
+    )
 
     # Recall scoring (DESIGN §4.1); defaults from the LoCoMo benchmark.
     weight_semantic: float = Field(default=0.9, ge=0)

@@ -15,6 +15,7 @@ from app.resources import Resources
 from app.services.context import ContextService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
+from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
@@ -27,6 +28,7 @@ class Services:
     recall: RecallService
     context: ContextService
     health: HealthService
+    jobs: JobService
 
 
 def build_services(resources: Resources) -> Services:
@@ -41,6 +43,7 @@ def build_services(resources: Resources) -> Services:
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
         ),
+        jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
     )
 
 

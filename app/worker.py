@@ -1,6 +1,7 @@
 """The worker: `python -m app.worker` (full stack), or a task inside the api (embedded).
 Both run `run_worker` on resources from the same factory, with services from the same
-wiring (`app.wiring`)."""
+wiring (`app.wiring`): promotion, and beside it the job runner and the periodic scheduler
+(docs/architecture.md, "Background work")."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import socket
 import uuid
 
 from app import logs
+from app.jobs import tasks as job_tasks
+from app.jobs.registry import Registry
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.stores.buffer import WakeListener
@@ -21,13 +24,17 @@ from app.wiring import build_promoter
 log = logging.getLogger("strata.worker")
 
 
-async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
+async def run_worker(
+    resources: Resources, stop: asyncio.Event, registry: Registry | None = None
+) -> None:
     """Promote until `stop` is set: a pass after every wake-up, and one per poll interval
-    (a missed wake-up only delays work). Errors are logged and retried, never fatal."""
+    (a missed wake-up only delays work). Errors are logged and retried, never fatal.
+    Jobs of `registry` (default: every kind the service has) run alongside."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     promoter = build_promoter(resources, owner, stop)
     listener = resources.buffer.wake_listener()
     poll = resources.settings.worker_poll_seconds
+    jobs = job_tasks.start(resources.db, resources.settings, owner, stop, registry)
     log.info("worker %s started", owner)
     try:
         while not stop.is_set():
@@ -45,6 +52,10 @@ async def run_worker(resources: Resources, stop: asyncio.Event) -> None:
                 # Not saturated: let a trickle of single messages gather into one pass.
                 await _sleep_or_stop(stop, resources.settings.worker_debounce_seconds)
     finally:
+        if not stop.is_set():  # cancelled: the job tasks will not see `stop`
+            for task in jobs:
+                task.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
         with contextlib.suppress(Exception):
             await listener.close()
         log.info("worker %s stopped", owner)

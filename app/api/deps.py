@@ -12,6 +12,7 @@ from app.errors import Unauthorized
 from app.services.context import ContextService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
+from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.recall import RecallService
 from app.settings import Settings
@@ -70,11 +71,16 @@ def _health(request: Request) -> HealthService:
     return _services(request).health
 
 
+def _jobs(request: Request) -> JobService:
+    return _services(request).jobs
+
+
 IngestDep = Annotated[IngestService, Depends(_ingest)]
 MemoryDep = Annotated[MemoryService, Depends(_memories)]
 RecallDep = Annotated[RecallService, Depends(_recall)]
 ContextDep = Annotated[ContextService, Depends(_context)]
 HealthDep = Annotated[HealthService, Depends(_health)]
+JobDep = Annotated[JobService, Depends(_jobs)]
 
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])

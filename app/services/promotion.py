@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from app.core import terms
+from app.core.backoff import backoff_seconds
 from app.core.chunking import Chunk, LogMessage, chunk_turns
 from app.errors import EmbeddingRejected
 from app.providers.embeddings import Embedder
@@ -138,18 +139,32 @@ class Promoter:
             )
         done = 0
         for claim in claims:
+            retry_at: datetime | None = None
             try:
                 done += await self.promote(claim)
             except Exception:
                 # One failing session (a provider down, a bad row) must not hold up the
-                # others; its lease is released and the next pass retries it.
+                # others; it backs off on its own and a later pass retries it.
                 log.exception("promotion of session %s failed", claim.session_id)
+                retry_at = self._retry_at(claim.promote_failures + 1)
             finally:
                 async with self.db.transaction() as tx:
                     await session_store.release_lease(
-                        tx, tenant_id=claim.tenant_id, session_id=claim.session_id, owner=self.owner
+                        tx,
+                        tenant_id=claim.tenant_id,
+                        session_id=claim.session_id,
+                        owner=self.owner,
+                        retry_at=retry_at,
                     )
         return done
+
+    def _retry_at(self, failures: int) -> datetime:
+        wait = backoff_seconds(
+            failures,
+            base=self.settings.promote_retry_base_seconds,
+            cap=self.settings.promote_retry_max_seconds,
+        )
+        return datetime.now(UTC) + timedelta(seconds=wait)
 
     async def promote(self, claim: Claim) -> int:
         cursor = claim.indexed_seq

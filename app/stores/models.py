@@ -92,6 +92,10 @@ class Session(Base):
     indexed_seq: Mapped[int] = mapped_column(sa.BigInteger(), default=0)
     lease_owner: Mapped[str | None] = mapped_column(sa.String(128))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Per-session promotion backoff: a session whose promotion keeps failing waits until
+    # `promote_retry_at` instead of being retried on every pass.
+    promote_failures: Mapped[int] = mapped_column(sa.Integer(), default=0, server_default="0")
+    promote_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -174,3 +178,63 @@ class MemoryEvent(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (sa.Index("ix_memory_events_memory", "tenant_id", "memory_id", "id"),)
+
+
+class Job(Base):
+    """Durable background work: the runner claims due rows under a lease (docs/jobs.md)."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(128))
+    kind: Mapped[str] = mapped_column(sa.String(64))
+    key: Mapped[str] = mapped_column(sa.String(256))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(sa.Integer(), default=0)
+    max_attempts: Mapped[int] = mapped_column(sa.Integer())
+    last_error: Mapped[str | None] = mapped_column(sa.Text())
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(128))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        # Idempotency: enqueueing the same (kind, key) twice yields the one job.
+        sa.UniqueConstraint("tenant_id", "kind", "key"),
+        sa.CheckConstraint("state IN ('queued', 'running', 'succeeded', 'failed')", name="state"),
+        # The runner's two scans, each over only the rows it can claim: queued jobs by due
+        # time, running jobs by lease expiry (a crashed runner's work).
+        sa.Index(
+            "ix_jobs_queued",
+            "due_at",
+            postgresql_where=sa.text("state = 'queued'"),
+            sqlite_where=sa.text("state = 'queued'"),
+        ),
+        sa.Index(
+            "ix_jobs_running",
+            "lease_expires_at",
+            postgresql_where=sa.text("state = 'running'"),
+            sqlite_where=sa.text("state = 'running'"),
+        ),
+        # Housekeeping deletes old succeeded jobs.
+        sa.Index(
+            "ix_jobs_succeeded",
+            "finished_at",
+            postgresql_where=sa.text("state = 'succeeded'"),
+            sqlite_where=sa.text("state = 'succeeded'"),
+        ),
+    )
+
+
+class LeaderLease(Base):
+    """Who runs a periodic schedule: one row per schedule, held until `expires_at`."""
+
+    __tablename__ = "leader_leases"
+
+    name: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    owner: Mapped[str] = mapped_column(sa.String(128))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -89,6 +89,7 @@ class Claim:
     indexed_seq: int
     last_seq: int
     incarnation: str  # the session's creation time: part of its memories' ids
+    promote_failures: int = 0  # failed passes in a row, for the next backoff
 
 
 async def claim_backlog(
@@ -98,12 +99,14 @@ async def claim_backlog(
 
     SKIP LOCKED lets N workers share the backlog without waiting on one another; an expired
     lease (a crashed worker) is taken over. SQLite ignores the locking clause, and needs none:
-    the embedded mode has one worker and serialised writes.
+    the embedded mode has one worker and serialised writes. A session whose promotion
+    failed waits out its backoff (`promote_retry_at`), so it cannot hold up the others.
     """
     pending = (
         sa.select(Session.tenant_id, Session.id)
         .where(
             Session.last_seq > Session.indexed_seq,
+            sa.or_(Session.promote_retry_at.is_(None), Session.promote_retry_at <= now),
             sa.or_(
                 Session.lease_expires_at.is_(None),
                 Session.lease_expires_at < now,
@@ -121,11 +124,25 @@ async def claim_backlog(
             sa.update(Session)
             .where(Session.tenant_id == tenant_id, Session.id == session_id)
             .values(lease_owner=owner, lease_expires_at=lease_until)
-            .returning(Session.user_id, Session.indexed_seq, Session.last_seq, Session.created_at)
+            .returning(
+                Session.user_id,
+                Session.indexed_seq,
+                Session.last_seq,
+                Session.created_at,
+                Session.promote_failures,
+            )
         )
-        user_id, indexed_seq, last_seq, created_at = result.one()
+        user_id, indexed_seq, last_seq, created_at, failures = result.one()
         claims.append(
-            Claim(tenant_id, session_id, user_id, indexed_seq, last_seq, created_at.isoformat())
+            Claim(
+                tenant_id,
+                session_id,
+                user_id,
+                indexed_seq,
+                last_seq,
+                created_at.isoformat(),
+                failures,
+            )
         )
     return claims
 
@@ -158,7 +175,21 @@ async def advance_watermark(
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-async def release_lease(tx: AsyncSession, *, tenant_id: str, session_id: str, owner: str) -> None:
+async def release_lease(
+    tx: AsyncSession,
+    *,
+    tenant_id: str,
+    session_id: str,
+    owner: str,
+    retry_at: datetime | None = None,
+) -> None:
+    """Give the session back after a pass. With `retry_at` the pass failed: one more
+    failure is counted and the session waits until then; without, the count is reset."""
+    backoff = (
+        {"promote_failures": Session.promote_failures + 1, "promote_retry_at": retry_at}
+        if retry_at is not None
+        else {"promote_failures": 0, "promote_retry_at": None}
+    )
     await tx.execute(
         sa.update(Session)
         .where(
@@ -166,7 +197,7 @@ async def release_lease(tx: AsyncSession, *, tenant_id: str, session_id: str, ow
             Session.id == session_id,
             Session.lease_owner == owner,
         )
-        .values(lease_owner=None, lease_expires_at=None)
+        .values(lease_owner=None, lease_expires_at=None, **backoff)
     )
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
+from app.providers.embeddings import OpenAIEmbedder
+from app.services.promotion import Promoter
 from app.stores import sessions as session_store
 from app.stores.models import Memory, MemoryEvent, Session
 from app.wiring import build_promoter
@@ -151,3 +155,69 @@ async def test_a_reused_session_id_is_indexed_afresh(idle_app: Running) -> None:
             sa.select(sa.func.count()).select_from(Memory).where(Memory.user_id == "first")
         )
     assert leftovers == 0
+
+
+async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Running) -> None:
+    bad, good, user = "s-backoff-bad", "s-backoff-good", "u-backoff"
+    asked: list[str] = []
+    provider_down_for = ["POISON"]
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        texts: list[str] = json.loads(request.content)["input"]
+        asked.extend(texts)
+        if any(word in t for t in texts for word in provider_down_for):
+            return httpx.Response(503)
+        return httpx.Response(
+            200, json={"data": [{"index": i, "embedding": [1.0] * 512} for i in range(len(texts))]}
+        )
+
+    # The embedding provider (outbound HTTP) fails on one session's text only.
+    embedder = OpenAIEmbedder(
+        httpx.AsyncClient(transport=httpx.MockTransport(provider), base_url="http://provider"),
+        model="stub",
+        dim=512,
+        retries=0,
+    )
+    settings = idle_app.resources.settings.model_copy(
+        update={"promote_retry_base_seconds": 0.5, "promote_retry_max_seconds": 60}
+    )
+    r = idle_app.resources
+    promoter = Promoter(r.db, r.vectors, embedder, settings, owner="w")
+
+    async def session(session_id: str) -> Session:
+        async with idle_app.resources.db.read() as tx:
+            row = await session_store.get(tx, "default", session_id)
+        assert row is not None
+        return row
+
+    await post_messages(idle_app, bad, user, [turn("POISON pill")], wait=False)
+    await post_messages(idle_app, good, user, [turn("fine 1")], wait=False)
+    assert await promoter.run_once() == 1
+    failed = await session(bad)
+    assert failed.promote_failures == 1
+    assert failed.promote_retry_at is not None
+    assert failed.indexed_seq == 0
+    assert (await session(good)).indexed_seq == 1
+
+    # Before its retry time the failing session is skipped; the other goes on.
+    asked.clear()
+    await post_messages(idle_app, good, user, [turn("fine 2")], wait=False)
+    assert await promoter.run_once() == 1
+    assert (await session(good)).indexed_seq == 2
+    assert not any("POISON" in t for t in asked)
+
+    # After it, retried: a second failure doubles the wait.
+    await asyncio.sleep((failed.promote_retry_at - datetime.now(UTC)).total_seconds() + 0.05)
+    assert await promoter.run_once() == 0
+    again = await session(bad)
+    assert again.promote_failures == 2
+    assert again.promote_retry_at is not None
+    assert again.promote_retry_at - failed.promote_retry_at >= timedelta(seconds=0.5)
+
+    # The provider recovers: the next retry succeeds and the backoff is reset.
+    provider_down_for.clear()
+    await asyncio.sleep((again.promote_retry_at - datetime.now(UTC)).total_seconds() + 0.05)
+    assert await promoter.run_once() == 1
+    healed = await session(bad)
+    assert (healed.indexed_seq, healed.promote_failures, healed.promote_retry_at) == (1, 0, None)
+    await embedder.close()
