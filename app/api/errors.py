@@ -19,21 +19,21 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import AppError
+from app.errors import (
+    HTTP_ERRORS,
+    AppError,
+    BadRequest,
+    BufferUnavailable,
+    DatabaseUnavailable,
+    InternalError,
+    InvalidInput,
+)
 
 log = logging.getLogger("strata.api")
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
-_STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-}
+UNEXPECTED = "an unexpected error occurred"
 
 
 class ProblemResponse(Response):
@@ -77,33 +77,32 @@ class RequestIdMiddleware:
             log.exception("unhandled error", exc_info=exc)
             if started:
                 raise
-            response = problem(
-                500, "internal_error", "Internal server error", "an unexpected error occurred"
-            )
-            await response(scope, receive, send_with_id)
+            await problem(InternalError, UNEXPECTED)(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
 
 
 def problem(
-    status: int,
-    code: str,
-    title: str,
+    kind: type[AppError],
     detail: str,
+    *,
     errors: list[dict[str, Any]] | None = None,
+    status: int | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> ProblemResponse:
+    """The answer for a problem of `kind`; `status` only for an HTTP status the registry
+    has no class of its own for."""
     body: dict[str, Any] = {
-        "type": f"urn:strata:problem:{code}",
-        "title": title,
-        "status": status,
+        "type": f"urn:strata:problem:{kind.code}",
+        "title": kind.title,
+        "status": status or kind.status,
         "detail": detail,
-        "code": code,
+        "code": kind.code,
         "request_id": request_id_var.get(),
     }
     if errors is not None:
         body["errors"] = errors
-    return ProblemResponse(body, status_code=status, headers=headers)
+    return ProblemResponse(body, status_code=body["status"], headers=headers)
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -117,7 +116,7 @@ async def _app_error(_: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, AppError)
     if exc.status >= 500:
         log.warning("%s: %s", exc.code, exc.detail)
-    return problem(exc.status, exc.code, exc.title, exc.detail, exc.errors)
+    return problem(type(exc), exc.detail, errors=exc.errors)
 
 
 async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
@@ -132,15 +131,16 @@ async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
         for e in exc.errors()
     ]
     detail = "; ".join(f"{e['field']}: {e['msg']}" for e in errors[:5])
-    return problem(422, "validation_error", "Invalid request", detail, errors)
+    return problem(InvalidInput, detail, errors=errors)
 
 
 async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = _STATUS_CODES.get(exc.status_code, "http_error")
-    title = code.replace("_", " ").capitalize()
+    kind = HTTP_ERRORS.get(exc.status_code) or (
+        InternalError if exc.status_code >= 500 else BadRequest
+    )
     # Keep the exception's headers: a 405 must say what is allowed (`Allow`).
-    return problem(exc.status_code, code, title, str(exc.detail), headers=exc.headers)
+    return problem(kind, str(exc.detail), status=exc.status_code, headers=exc.headers)
 
 
 def _transient(exc: DBAPIError) -> bool:
@@ -160,18 +160,16 @@ async def _store_down(_: Request, exc: Exception) -> ProblemResponse:
     ):
         # A statement the database refused is our bug, not an outage.
         log.exception("database error", exc_info=exc)
-        return problem(
-            500, "internal_error", "Internal server error", "an unexpected error occurred"
-        )
+        return problem(InternalError, UNEXPECTED)
     log.warning("store unavailable: %s", exc)
     if isinstance(exc, RedisError):
-        return problem(503, "buffer_unavailable", "The buffer is unavailable", str(exc)[:200])
-    return problem(503, "database_unavailable", "The database is unavailable", type(exc).__name__)
+        return problem(BufferUnavailable, str(exc)[:200])
+    return problem(DatabaseUnavailable, type(exc).__name__)
 
 
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
     log.exception("unhandled error", exc_info=exc)
-    return problem(500, "internal_error", "Internal server error", "an unexpected error occurred")
+    return problem(InternalError, UNEXPECTED)
 
 
 def install(app: FastAPI) -> None:

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 import orjson
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
+from app.errors import InvalidInput
+
 Identifier = Annotated[
     str,
     StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$"),
@@ -131,7 +133,7 @@ class Problem(BaseModel):
     title: str
     status: int
     detail: str
-    code: str = Field(examples=["validation_error"])
+    code: str = Field(examples=[InvalidInput.code])
     request_id: str
     errors: list[dict[str, Any]] | None = None
 

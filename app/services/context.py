@@ -4,7 +4,7 @@ packed into the caller's token budget (DESIGN §2, context)."""
 from __future__ import annotations
 
 from app.core import packing
-from app.errors import InvalidInput
+from app.errors import TokenBudgetTooSmall
 from app.resources import Resources
 from app.schemas.context import ContextRequest, ContextResponse, ContextSections
 from app.schemas.ingest import MessageOut
@@ -76,11 +76,10 @@ class ContextService:
                 count=self.r.tokens,
             )
         except packing.BudgetTooSmall as exc:
-            raise InvalidInput(
+            raise TokenBudgetTooSmall(
                 "token_budget",
                 f"{body.token_budget} is too small: the system prompt and the last user "
                 f"message alone need {exc.needed} tokens",
-                code="token_budget_too_small",
             ) from exc
 
         kept_memories = [memories[item.key] for item in packed.memories]

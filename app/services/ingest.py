@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import Conflict, NotFound
+from app.errors import SessionNotFound, SessionUserConflict
 from app.resources import Resources
 from app.schemas.ingest import (
     IngestRequest,
@@ -80,9 +80,7 @@ class IngestService:
                 now=now,
             )
             if row.user_id != body.user_id:
-                raise Conflict(
-                    f"session {session_id!r} belongs to another user", code="session_user_conflict"
-                )
+                raise SessionUserConflict(session_id)
             if created:
                 await session_store.ensure_user(tx, tenant_id, body.user_id, now)
                 return session_out(row), True
@@ -105,7 +103,7 @@ class IngestService:
     ) -> Session:
         row = await session_store.get(tx, tenant_id, session_id, for_update=lock)
         if row is None or row.user_id != user_id:
-            raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
+            raise SessionNotFound(session_id)
         return row
 
     async def delete_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionDeleted:
@@ -142,7 +140,7 @@ class IngestService:
                 now=now,
             )
             if session.user_id != body.user_id:
-                raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
+                raise SessionNotFound(session_id)
             if created:
                 await session_store.ensure_user(tx, tenant_id, body.user_id, now)
 
