@@ -1,10 +1,14 @@
-"""One place that turns every failure into RFC 9457 problem+json with a request id."""
+"""One place that turns every failure into RFC 9457 problem+json with a request id.
+
+Stores translate their drivers' failures into `AppError`s at their boundary, so the
+handlers here need not guess which store an exception came from: an `AppError` is rendered
+as it says, anything else is a 500.
+"""
 
 from __future__ import annotations
 
 import contextvars
 import logging
-import socket
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -13,9 +17,6 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,8 +24,6 @@ from app.errors import (
     HTTP_ERRORS,
     AppError,
     BadRequest,
-    BufferUnavailable,
-    DatabaseUnavailable,
     InternalError,
     InvalidInput,
 )
@@ -115,7 +114,8 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 async def _app_error(_: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, AppError)
     if exc.status >= 500:
-        log.warning("%s: %s", exc.code, exc.detail)
+        # The cause (a driver's or client's own error) goes to the log, not to the caller.
+        log.warning("%s: %s (%r)", exc.code, exc.detail, exc.__cause__)
     return problem(type(exc), exc.detail, errors=exc.errors)
 
 
@@ -143,30 +143,6 @@ async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     return problem(kind, str(exc.detail), status=exc.status_code, headers=exc.headers)
 
 
-def _transient(exc: DBAPIError) -> bool:
-    """Deadlock or serialisation (40), statement timeout or shutdown (57), connection (08):
-    the request may succeed if retried, so it is a 503, not our 500."""
-    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
-    return isinstance(code, str) and code[:2] in ("40", "57", "08")
-
-
-async def _store_down(_: Request, exc: Exception) -> ProblemResponse:
-    if (
-        isinstance(exc, DBAPIError)
-        and not isinstance(exc, OperationalError | InterfaceError)
-        and not exc.connection_invalidated
-        and exc.statement is not None
-        and not _transient(exc)
-    ):
-        # A statement the database refused is our bug, not an outage.
-        log.exception("database error", exc_info=exc)
-        return problem(InternalError, UNEXPECTED)
-    log.warning("store unavailable: %s", exc)
-    if isinstance(exc, RedisError):
-        return problem(BufferUnavailable, str(exc)[:200])
-    return problem(DatabaseUnavailable, type(exc).__name__)
-
-
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
     log.exception("unhandled error", exc_info=exc)
     return problem(InternalError, UNEXPECTED)
@@ -176,15 +152,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    # Outages of a store are 503s a client may retry, not 500s.
-    for exc_type in (
-        DBAPIError,
-        SATimeoutError,
-        ConnectionError,
-        TimeoutError,
-        socket.gaierror,
-        RedisError,
-    ):
-        app.add_exception_handler(exc_type, _store_down)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(RequestIdMiddleware)

@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import SessionNotFound, SessionUserConflict
+from app.errors import BufferUnavailable, SessionNotFound, SessionUserConflict
 from app.resources import Resources
 from app.schemas.ingest import (
     IngestRequest,
@@ -121,7 +121,7 @@ class IngestService:
             await self.r.vectors.delete(gone)
         try:
             await self.r.buffer.drop(tenant_id, session_id)
-        except Exception:  # the window expires by TTL anyway
+        except BufferUnavailable:  # the window expires by TTL anyway
             log.warning("could not drop the buffer of session %s", session_id, exc_info=True)
         return SessionDeleted(session_id=session_id, messages=count, memories=len(gone))
 
@@ -200,7 +200,7 @@ class IngestService:
         ]
         try:
             await self.r.buffer.push(tenant_id, session_id, entries, wake=True)
-        except Exception:
+        except BufferUnavailable:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
             # The workers' poll still finds the backlog; a wake-up only saves the wait.
 
@@ -258,7 +258,7 @@ class IngestService:
             return []
         try:
             window = await self.r.buffer.recent(tenant_id, session.id, n)
-        except Exception:
+        except BufferUnavailable:
             log.warning("buffer unavailable; reading the log", exc_info=True)
             window = None
         if (
@@ -276,6 +276,6 @@ class IngestService:
         if window is not None:
             try:
                 await self.r.buffer.replace(tenant_id, session.id, entries)
-            except Exception:
+            except BufferUnavailable:
                 log.warning("could not rebuild the buffer", exc_info=True)
         return [MessageOut.model_validate(m) for m in entries[-n:]]
