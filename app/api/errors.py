@@ -130,6 +130,15 @@ async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
         }
         for e in exc.errors()
     ]
+    syntax = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+    if syntax is not None:
+        # FastAPI reports a body that is not JSON as a validation error; it is a body that
+        # cannot be read at all, so the documented 400, with where the parser stopped.
+        loc = list(syntax.get("loc", ()))
+        reason = syntax.get("ctx", {}).get("error", "")
+        errors = [{"loc": loc, "field": "body", "msg": reason, "type": "json_invalid"}]
+        where = f" at character {loc[-1]}" if len(loc) > 1 else ""
+        return problem(BadRequest, f"the body is not JSON: {reason}{where}", errors=errors)
     detail = "; ".join(f"{e['field']}: {e['msg']}" for e in errors[:5])
     return problem(InvalidInput, detail, errors=errors)
 
@@ -139,8 +148,11 @@ async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     kind = HTTP_ERRORS.get(exc.status_code) or (
         InternalError if exc.status_code >= 500 else BadRequest
     )
+    detail = str(exc.detail)
+    if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing the body"
+        detail = "the body is not UTF-8"
     # Keep the exception's headers: a 405 must say what is allowed (`Allow`).
-    return problem(kind, str(exc.detail), status=exc.status_code, headers=exc.headers)
+    return problem(kind, detail, status=exc.status_code, headers=exc.headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
