@@ -1,4 +1,5 @@
-"""One place that turns every failure into RFC 9457 problem+json with a request id.
+"""One place that turns every failure into RFC 9457 problem+json with a request id, and
+documents those answers in the OpenAPI document, from the registry in `app.errors`.
 
 Stores translate their drivers' failures into `AppError`s at their boundary, so the
 handlers here need not guess which store an exception came from: an `AppError` is rendered
@@ -8,6 +9,7 @@ as it says, anything else is a 500.
 from __future__ import annotations
 
 import contextvars
+import http
 import logging
 import uuid
 from collections.abc import Mapping
@@ -24,19 +26,24 @@ from app.errors import (
     HTTP_ERRORS,
     AppError,
     BadRequest,
+    DatabaseUnavailable,
     InternalError,
     InvalidInput,
+    Unauthorized,
+    registered,
 )
+from app.schemas.common import Problem
 
 log = logging.getLogger("strata.api")
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
+PROBLEM_JSON = "application/problem+json"
 UNEXPECTED = "an unexpected error occurred"
 
 
 class ProblemResponse(Response):
-    media_type = "application/problem+json"
+    media_type = PROBLEM_JSON
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
@@ -91,17 +98,22 @@ def problem(
 ) -> ProblemResponse:
     """The answer for a problem of `kind`; `status` only for an HTTP status the registry
     has no class of its own for."""
-    body: dict[str, Any] = {
-        "type": f"urn:strata:problem:{kind.code}",
-        "title": kind.title,
-        "status": status or kind.status,
-        "detail": detail,
-        "code": kind.code,
-        "request_id": request_id_var.get(),
-    }
-    if errors is not None:
-        body["errors"] = errors
-    return ProblemResponse(body, status_code=body["status"], headers=headers)
+    body = Problem.model_validate(
+        {
+            "type": f"urn:strata:problem:{kind.code}",
+            "title": kind.title,
+            "status": status or kind.status,
+            "detail": detail,
+            "code": kind.code,
+            "request_id": request_id_var.get(),
+            "errors": errors,
+        }
+    )
+    return ProblemResponse(
+        body.model_dump(mode="json", exclude_none=True),
+        status_code=body.status,
+        headers=headers,
+    )
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -166,3 +178,86 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(RequestIdMiddleware)
+    _document_problems(app)
+
+
+# The OpenAPI side: what each route may answer, generated from the registry.
+
+COMMON_PROBLEMS: tuple[type[AppError], ...] = (
+    Unauthorized,
+    InvalidInput,
+    InternalError,
+    DatabaseUnavailable,
+)
+"""What any /v1 route may answer: every one checks the key, validates, and reads SQL."""
+
+_EXAMPLE_REQUEST_ID = "9f1c2e4b7a8d4e0f9b6a3c5d2e1f0a7b"
+_EXAMPLE_ERRORS = [
+    {"loc": ["body", "query"], "field": "query", "msg": "Field required", "type": "missing"}
+]
+
+
+def problem_responses(*problems: type[AppError]) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a /v1 route: the problems it may answer besides the common ones
+    (a route with a body lists `BadRequest`), grouped by status, each status naming its
+    codes and giving an example of each."""
+    by_status: dict[int, list[type[AppError]]] = {}
+    for kind in (*problems, *COMMON_PROBLEMS):
+        kinds = by_status.setdefault(kind.status, [])
+        if kind not in kinds:
+            kinds.append(kind)
+    return {status: _response(status, kinds) for status, kinds in sorted(by_status.items())}
+
+
+def _response(status: int, kinds: list[type[AppError]]) -> dict[str, Any]:
+    codes = "\n".join(f"- `{kind.code}`: {kind.description}" for kind in kinds)
+    return {
+        "description": f"{http.HTTPStatus(status).phrase}; `code` is one of:\n\n{codes}",
+        "content": {
+            PROBLEM_JSON: {
+                "schema": {"$ref": "#/components/schemas/Problem"},
+                "examples": {
+                    kind.code: {"$ref": f"#/components/examples/{kind.code}"} for kind in kinds
+                },
+            }
+        },
+    }
+
+
+def _example(kind: type[AppError]) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "type": f"urn:strata:problem:{kind.code}",
+        "title": kind.title,
+        "status": kind.status,
+        "detail": kind.description,
+        "code": kind.code,
+        "request_id": _EXAMPLE_REQUEST_ID,
+    }
+    if kind is InvalidInput:
+        value["detail"] = "query: Field required"
+        value["errors"] = _EXAMPLE_ERRORS
+    return {"summary": kind.title, "value": value}
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Add `Problem` to the document's schemas and an example of each registered problem:
+    the routes' responses refer to both under `application/problem+json`, which FastAPI's
+    `model=` cannot express (it documents a route's own media type, `application/json`)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = app.openapi_schema
+        if spec is None:
+            spec = generate()  # which FastAPI caches, so this runs once
+            problem_schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = spec.setdefault("components", {})
+            schemas = {
+                **components.get("schemas", {}),
+                **problem_schema.pop("$defs", {}),
+                "Problem": problem_schema,
+            }
+            components["schemas"] = dict(sorted(schemas.items()))
+            components["examples"] = {kind.code: _example(kind) for kind in registered()}
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
