@@ -1,82 +1,260 @@
-"""The one error tree of the service, rendered as RFC 9457 problem+json by one handler.
+"""The one error tree of the service, and with it the registry of every problem `code`.
 
-Services raise these; routes never raise HTTP exceptions. Every problem carries a stable
-`code` a client can branch on and the `request_id` that ties it to the server's log.
+Each concrete class declares its HTTP status, a stable `code` a client can branch on, a
+title, and a one-line description that the OpenAPI document lists under each route's
+responses. Stores and services raise these (routes never raise HTTP exceptions);
+`app.api.errors` renders them as RFC 9457 problem+json with the request id. A code is
+spelled once, here: `registered()` enumerates them all.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, ClassVar
+
+_REGISTRY: dict[str, type[AppError]] = {}
 
 
 class AppError(Exception):
-    """Base of every error a caller may see. `code` is stable; `detail` is for humans."""
+    """Base of every error a caller may see. `detail` is for humans; the class is the rest.
 
-    status: int = 500
-    code: str = "internal_error"
-    title: str = "Internal server error"
+    A subclass is registered under its `code` unless it is `abstract` (a family such as
+    `Unavailable`, never raised itself); a concrete class declares its own code, title and
+    description, so that no two classes share a code by inheritance.
+    """
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    title: ClassVar[str] = "Internal server error"
+    description: ClassVar[str] = ""
+
+    def __init_subclass__(cls, *, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if abstract:
+            return
+        missing = [a for a in ("code", "title", "description") if a not in vars(cls)]
+        if missing:
+            raise TypeError(f"{cls.__name__} must declare {', '.join(missing)}")
+        if cls.code in _REGISTRY:
+            raise TypeError(f"code {cls.code!r} of {cls.__name__} is already registered")
+        _REGISTRY[cls.code] = cls
 
     def __init__(
-        self,
-        detail: str | None = None,
-        *,
-        errors: list[dict[str, Any]] | None = None,
-        code: str | None = None,
+        self, detail: str | None = None, *, errors: list[dict[str, Any]] | None = None
     ) -> None:
+        if _REGISTRY.get(self.code) is not type(self):
+            # A family (or the base) has no code of its own: raise one of its members.
+            raise TypeError(f"{type(self).__name__} is abstract; raise a registered error")
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.errors = errors
-        if code is not None:
-            self.code = code
 
 
-class NotFound(AppError):
-    status, code, title = 404, "not_found", "Not found"
+def registered() -> list[type[AppError]]:
+    """Every problem a caller may see, by status then code."""
+    return sorted(_REGISTRY.values(), key=lambda cls: (cls.status, cls.code))
 
 
-class Conflict(AppError):
-    status, code, title = 409, "conflict", "Conflict"
+# 4xx: the caller can fix the request.
 
 
-class InvalidInput(AppError):
-    """A request that passed schema validation but breaks a rule; names the field."""
-
-    status, code, title = 422, "validation_error", "Invalid request"
-
-    def __init__(self, field: str, message: str, *, code: str | None = None) -> None:
-        loc = field.split(".")
-        super().__init__(
-            f"{field}: {message}",
-            errors=[{"loc": ["body", *loc], "field": field, "msg": message}],
-            code=code,
-        )
-
-
-class EmbeddingRejected(AppError):
-    """The embedding provider refuses this text (too long for its model, say)."""
-
-    status, code, title = 422, "embedding_rejected", "The embedding provider refused the text"
+class BadRequest(AppError):
+    status = 400
+    code = "bad_request"
+    title = "Bad request"
+    description = "The body cannot be read: not JSON, or not UTF-8."
 
 
 class Unauthorized(AppError):
-    status, code, title = 401, "unauthorized", "Missing or invalid API key"
+    status = 401
+    code = "unauthorized"
+    title = "Missing or invalid API key"
+    description = "Send `Authorization: Bearer <api key>` (when the server has a key)."
 
 
-class Unavailable(AppError):
+class Forbidden(AppError):
+    status = 403
+    code = "forbidden"
+    title = "Forbidden"
+    description = "The credentials do not allow this request."
+
+
+class NotFound(AppError):
+    status = 404
+    code = "not_found"
+    title = "Not found"
+    description = "No route at this path."
+
+
+class SessionNotFound(NotFound):
+    code = "session_not_found"
+    title = "Session not found"
+    description = "No session with this id belongs to this user."
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r} for this user")
+
+
+class MemoryNotFound(NotFound):
+    code = "memory_not_found"
+    title = "Memory not found"
+    description = "No memory with this id belongs to this user."
+
+    def __init__(self, memory_id: uuid.UUID) -> None:
+        super().__init__(f"no memory {memory_id} for this user")
+
+
+class MethodNotAllowed(AppError):
+    status = 405
+    code = "method_not_allowed"
+    title = "Method not allowed"
+    description = "The path exists, but not with this method; `Allow` lists those that do."
+
+
+class Conflict(AppError, abstract=True):
+    status = 409
+    title = "Conflict"
+
+
+class JobNotFound(NotFound):
+    code = "job_not_found"
+    title = "Job not found"
+    description = "No job with this id belongs to this tenant."
+
+    def __init__(self, job_id: object) -> None:
+        super().__init__(f"no job {job_id}")
+
+
+class JobNotFailed(Conflict):
+    code = "job_not_failed"
+    title = "Job is not failed"
+    description = "Only a job in the `failed` state can be re-run."
+
+    def __init__(self, job_id: object, state: str) -> None:
+        super().__init__(f"job {job_id} is {state}; only a failed job can be re-run")
+
+
+class SessionUserConflict(Conflict):
+    code = "session_user_conflict"
+    title = "Session belongs to another user"
+    description = "This session id is taken by another user's session."
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} belongs to another user")
+
+
+class PayloadTooLarge(AppError):
+    status = 413
+    code = "payload_too_large"
+    title = "Payload too large"
+    description = "The body is larger than the server accepts."
+
+
+class UnsupportedMediaType(AppError):
+    status = 415
+    code = "unsupported_media_type"
+    title = "Unsupported media type"
+    description = "The body's content type is not one this route reads."
+
+
+class InvalidInput(AppError):
+    """A request that breaks the schema or a rule; `errors` names each field."""
+
+    status = 422
+    code = "validation_error"
+    title = "Invalid request"
+    description = "A field breaks the schema or a rule; `errors` names each field."
+
+    def __init__(self, field: str, message: str, *, source: str = "body") -> None:
+        loc = field.split(".")
+        super().__init__(
+            f"{field}: {message}",
+            errors=[{"loc": [source, *loc], "field": field, "msg": message}],
+        )
+
+
+class InvalidCursor(InvalidInput):
+    code = "invalid_cursor"
+    title = "Invalid cursor"
+    description = "`cursor` is not one this API returned."
+
+    def __init__(self) -> None:
+        super().__init__("cursor", "is not a cursor this API returned", source="query")
+
+
+class TokenBudgetTooSmall(InvalidInput):
+    code = "token_budget_too_small"
+    title = "Token budget too small"
+    description = "The system prompt and the last user message alone exceed `token_budget`."
+
+
+class EmbeddingRejected(AppError):
+    status = 422
+    code = "embedding_rejected"
+    title = "The embedding provider refused the text"
+    description = "The embedding provider refuses this text (too long for its model, say)."
+
+
+# 5xx: the server or a dependency failed; retrying later may succeed.
+
+
+class InternalError(AppError):
+    status = 500
+    code = "internal_error"
+    title = "Internal server error"
+    description = "An unexpected error; the server's log has it under the request id."
+
+
+class Unavailable(AppError, abstract=True):
     """An upstream store or provider failed; the request stored nothing it reports."""
 
-    status, code, title = 503, "unavailable", "A dependency is unavailable"
-
-
-class VectorStoreUnavailable(Unavailable):
-    code = "vector_store_unavailable"
-    title = "The vector store is unavailable"
+    status = 503
+    title = "A dependency is unavailable"
 
 
 class DatabaseUnavailable(Unavailable):
     code = "database_unavailable"
     title = "The database is unavailable"
+    description = "The database is unreachable, or aborted the transaction; retry later."
+
+
+class BufferUnavailable(Unavailable):
+    code = "buffer_unavailable"
+    title = "The buffer is unavailable"
+    description = "Redis, the session buffer, is unreachable; retry later."
+
+
+class VectorStoreUnavailable(Unavailable):
+    code = "vector_store_unavailable"
+    title = "The vector store is unavailable"
+    description = "Qdrant, the vector index, is unreachable; nothing was stored; retry later."
+
+
+class ProviderUnavailable(Unavailable):
+    code = "provider_unavailable"
+    title = "The embedding provider is unavailable"
+    description = "The embedding provider failed or refused the server's key; retry later."
 
 
 class ProviderTimeout(Unavailable):
-    status, code, title = 504, "provider_timeout", "An upstream provider timed out"
+    status = 504
+    code = "provider_timeout"
+    title = "An upstream provider timed out"
+    description = "The embedding provider did not answer in time; retry later."
+
+
+HTTP_ERRORS: dict[int, type[AppError]] = {
+    cls.status: cls
+    for cls in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        InvalidInput,
+        InternalError,
+    )
+}
+"""The problem of each status the HTTP layer itself raises (no route, wrong method...)."""

@@ -5,7 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import ContextDep, SessionIdPath, TenantDep
-from app.schemas.common import problem_responses
+from app.api.errors import problem_responses
+from app.errors import (
+    BadRequest,
+    EmbeddingRejected,
+    ProviderTimeout,
+    ProviderUnavailable,
+    SessionNotFound,
+    TokenBudgetTooSmall,
+    VectorStoreUnavailable,
+)
 from app.schemas.context import ContextRequest, ContextResponse
 
 router = APIRouter(prefix="/v1/sessions", tags=["context"])
@@ -19,7 +28,15 @@ router = APIRouter(prefix="/v1/sessions", tags=["context"])
     "token_budget`. The last user message is always included; a budget too small for it "
     "and the system prompt is a 422 `token_budget_too_small`.",
     response_model=ContextResponse,
-    responses=problem_responses(400, 401, 404, 422, 503),
+    responses=problem_responses(
+        BadRequest,
+        SessionNotFound,
+        TokenBudgetTooSmall,
+        EmbeddingRejected,
+        ProviderUnavailable,
+        ProviderTimeout,
+        VectorStoreUnavailable,
+    ),
 )
 async def build_context(
     session_id: SessionIdPath, body: ContextRequest, tenant: TenantDep, service: ContextDep

@@ -1,9 +1,15 @@
-"""One place that turns every failure into RFC 9457 problem+json with a request id."""
+"""One place that turns every failure into RFC 9457 problem+json with a request id, and
+documents those answers in the OpenAPI document, from the registry in `app.errors`.
+
+Stores translate their drivers' failures into `AppError`s at their boundary, so the
+handlers here need not guess which store an exception came from: an `AppError` is rendered
+as it says, anything else is a 500.
+"""
 
 from __future__ import annotations
 
+import http
 import logging
-import socket
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -12,30 +18,30 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import AppError
+from app.errors import (
+    HTTP_ERRORS,
+    AppError,
+    BadRequest,
+    DatabaseUnavailable,
+    InternalError,
+    InvalidInput,
+    Unauthorized,
+    registered,
+)
 from app.logs import request_id_var
+from app.schemas.common import Problem
 
 log = logging.getLogger("strata.api")
 
-_STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-}
+PROBLEM_JSON = "application/problem+json"
+UNEXPECTED = "an unexpected error occurred"
 
 
 class ProblemResponse(Response):
-    media_type = "application/problem+json"
+    media_type = PROBLEM_JSON
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
@@ -75,33 +81,37 @@ class RequestIdMiddleware:
             log.exception("unhandled error", exc_info=exc)
             if started:
                 raise
-            response = problem(
-                500, "internal_error", "Internal server error", "an unexpected error occurred"
-            )
-            await response(scope, receive, send_with_id)
+            await problem(InternalError, UNEXPECTED)(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
 
 
 def problem(
-    status: int,
-    code: str,
-    title: str,
+    kind: type[AppError],
     detail: str,
+    *,
     errors: list[dict[str, Any]] | None = None,
+    status: int | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> ProblemResponse:
-    body: dict[str, Any] = {
-        "type": f"urn:strata:problem:{code}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": code,
-        "request_id": request_id_var.get() or "-",
-    }
-    if errors is not None:
-        body["errors"] = errors
-    return ProblemResponse(body, status_code=status, headers=headers)
+    """The answer for a problem of `kind`; `status` only for an HTTP status the registry
+    has no class of its own for."""
+    body = Problem.model_validate(
+        {
+            "type": f"urn:strata:problem:{kind.code}",
+            "title": kind.title,
+            "status": status or kind.status,
+            "detail": detail,
+            "code": kind.code,
+            "request_id": request_id_var.get() or "-",
+            "errors": errors,
+        }
+    )
+    return ProblemResponse(
+        body.model_dump(mode="json", exclude_none=True),
+        status_code=body.status,
+        headers=headers,
+    )
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -114,8 +124,9 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 async def _app_error(_: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, AppError)
     if exc.status >= 500:
-        log.warning("%s: %s", exc.code, exc.detail)
-    return problem(exc.status, exc.code, exc.title, exc.detail, exc.errors)
+        # The cause (a driver's or client's own error) goes to the log, not to the caller.
+        log.warning("%s: %s (%r)", exc.code, exc.detail, exc.__cause__)
+    return problem(type(exc), exc.detail, errors=exc.errors)
 
 
 async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
@@ -129,62 +140,122 @@ async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
         }
         for e in exc.errors()
     ]
+    syntax = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+    if syntax is not None:
+        # FastAPI reports a body that is not JSON as a validation error; it is a body that
+        # cannot be read at all, so the documented 400, with where the parser stopped.
+        loc = list(syntax.get("loc", ()))
+        reason = syntax.get("ctx", {}).get("error", "")
+        errors = [{"loc": loc, "field": "body", "msg": reason, "type": "json_invalid"}]
+        where = f" at character {loc[-1]}" if len(loc) > 1 else ""
+        return problem(BadRequest, f"the body is not JSON: {reason}{where}", errors=errors)
     detail = "; ".join(f"{e['field']}: {e['msg']}" for e in errors[:5])
-    return problem(422, "validation_error", "Invalid request", detail, errors)
+    return problem(InvalidInput, detail, errors=errors)
 
 
 async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = _STATUS_CODES.get(exc.status_code, "http_error")
-    title = code.replace("_", " ").capitalize()
+    kind = HTTP_ERRORS.get(exc.status_code) or (
+        InternalError if exc.status_code >= 500 else BadRequest
+    )
+    detail = str(exc.detail)
+    if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing the body"
+        detail = "the body is not UTF-8"
     # Keep the exception's headers: a 405 must say what is allowed (`Allow`).
-    return problem(exc.status_code, code, title, str(exc.detail), headers=exc.headers)
-
-
-def _transient(exc: DBAPIError) -> bool:
-    """Deadlock or serialisation (40), statement timeout or shutdown (57), connection (08):
-    the request may succeed if retried, so it is a 503, not our 500."""
-    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
-    return isinstance(code, str) and code[:2] in ("40", "57", "08")
-
-
-async def _store_down(_: Request, exc: Exception) -> ProblemResponse:
-    if (
-        isinstance(exc, DBAPIError)
-        and not isinstance(exc, OperationalError | InterfaceError)
-        and not exc.connection_invalidated
-        and exc.statement is not None
-        and not _transient(exc)
-    ):
-        # A statement the database refused is our bug, not an outage.
-        log.exception("database error", exc_info=exc)
-        return problem(
-            500, "internal_error", "Internal server error", "an unexpected error occurred"
-        )
-    log.warning("store unavailable: %s", exc)
-    if isinstance(exc, RedisError):
-        return problem(503, "buffer_unavailable", "The buffer is unavailable", str(exc)[:200])
-    return problem(503, "database_unavailable", "The database is unavailable", type(exc).__name__)
+    return problem(kind, detail, status=exc.status_code, headers=exc.headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
     log.exception("unhandled error", exc_info=exc)
-    return problem(500, "internal_error", "Internal server error", "an unexpected error occurred")
+    return problem(InternalError, UNEXPECTED)
 
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    # Outages of a store are 503s a client may retry, not 500s.
-    for exc_type in (
-        DBAPIError,
-        SATimeoutError,
-        ConnectionError,
-        TimeoutError,
-        socket.gaierror,
-        RedisError,
-    ):
-        app.add_exception_handler(exc_type, _store_down)
     app.add_exception_handler(Exception, _unexpected)
     app.add_middleware(RequestIdMiddleware)
+    _document_problems(app)
+
+
+# The OpenAPI side: what each route may answer, generated from the registry.
+
+COMMON_PROBLEMS: tuple[type[AppError], ...] = (
+    Unauthorized,
+    InvalidInput,
+    InternalError,
+    DatabaseUnavailable,
+)
+"""What any /v1 route may answer: every one checks the key, validates, and reads SQL."""
+
+_EXAMPLE_REQUEST_ID = "9f1c2e4b7a8d4e0f9b6a3c5d2e1f0a7b"
+_EXAMPLE_ERRORS = [
+    {"loc": ["body", "query"], "field": "query", "msg": "Field required", "type": "missing"}
+]
+
+
+def problem_responses(*problems: type[AppError]) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a /v1 route: the problems it may answer besides the common ones
+    (a route with a body lists `BadRequest`), grouped by status, each status naming its
+    codes and giving an example of each."""
+    by_status: dict[int, list[type[AppError]]] = {}
+    for kind in (*problems, *COMMON_PROBLEMS):
+        kinds = by_status.setdefault(kind.status, [])
+        if kind not in kinds:
+            kinds.append(kind)
+    return {status: _response(status, kinds) for status, kinds in sorted(by_status.items())}
+
+
+def _response(status: int, kinds: list[type[AppError]]) -> dict[str, Any]:
+    codes = "\n".join(f"- `{kind.code}`: {kind.description}" for kind in kinds)
+    return {
+        "description": f"{http.HTTPStatus(status).phrase}; `code` is one of:\n\n{codes}",
+        "content": {
+            PROBLEM_JSON: {
+                "schema": {"$ref": "#/components/schemas/Problem"},
+                "examples": {
+                    kind.code: {"$ref": f"#/components/examples/{kind.code}"} for kind in kinds
+                },
+            }
+        },
+    }
+
+
+def _example(kind: type[AppError]) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "type": f"urn:strata:problem:{kind.code}",
+        "title": kind.title,
+        "status": kind.status,
+        "detail": kind.description,
+        "code": kind.code,
+        "request_id": _EXAMPLE_REQUEST_ID,
+    }
+    if kind is InvalidInput:
+        value["detail"] = "query: Field required"
+        value["errors"] = _EXAMPLE_ERRORS
+    return {"summary": kind.title, "value": value}
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Add `Problem` to the document's schemas and an example of each registered problem:
+    the routes' responses refer to both under `application/problem+json`, which FastAPI's
+    `model=` cannot express (it documents a route's own media type, `application/json`)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = app.openapi_schema
+        if spec is None:
+            spec = generate()  # which FastAPI caches, so this runs once
+            problem_schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = spec.setdefault("components", {})
+            schemas = {
+                **components.get("schemas", {}),
+                **problem_schema.pop("$defs", {}),
+                "Problem": problem_schema,
+            }
+            components["schemas"] = dict(sorted(schemas.items()))
+            components["examples"] = {kind.code: _example(kind) for kind in registered()}
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]

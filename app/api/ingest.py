@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import IngestDep, LimitQuery, SessionIdPath, TenantDep, UserIdQuery
-from app.schemas.common import problem_responses
+from app.api.errors import problem_responses
+from app.errors import BadRequest, SessionNotFound, SessionUserConflict, VectorStoreUnavailable
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -20,17 +21,14 @@ from app.schemas.ingest import (
 router = APIRouter(prefix="/v1/sessions", tags=["ingest"])
 
 
-def _with(
-    extra: dict[int | str, dict[str, Any]], *statuses: int
-) -> dict[int | str, dict[str, Any]]:
-    return {**extra, **problem_responses(*statuses)}
-
-
 @router.put(
     "/{session_id}",
     summary="Create or update a session",
     response_model=SessionOut,
-    responses=_with({201: {"model": SessionOut, "description": "created"}}, 400, 401, 409, 422),
+    responses={
+        201: {"model": SessionOut, "description": "created"},
+        **problem_responses(BadRequest, SessionUserConflict),
+    },
 )
 async def put_session(
     session_id: SessionIdPath,
@@ -49,7 +47,7 @@ async def put_session(
     "/{session_id}",
     summary="A session, with its log and index watermarks",
     response_model=SessionOut,
-    responses=problem_responses(401, 404, 422),
+    responses=problem_responses(SessionNotFound),
 )
 async def get_session(
     session_id: SessionIdPath, user_id: UserIdQuery, tenant: TenantDep, ingest: IngestDep
@@ -61,7 +59,7 @@ async def get_session(
     "/{session_id}",
     summary="Delete a session, its messages and what was derived only from it",
     response_model=SessionDeleted,
-    responses=problem_responses(401, 404, 422, 503),
+    responses=problem_responses(SessionNotFound, VectorStoreUnavailable),
 )
 async def delete_session(
     session_id: SessionIdPath, user_id: UserIdQuery, tenant: TenantDep, ingest: IngestDep
@@ -78,9 +76,10 @@ async def delete_session(
     "duplicate, so retries are safe. The session is created on first use.",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=IngestResponse,
-    responses=_with(
-        {200: {"model": IngestResponse, "description": "indexed (wait=true)"}}, 400, 401, 404, 422
-    ),
+    responses={
+        200: {"model": IngestResponse, "description": "indexed (wait=true)"},
+        **problem_responses(BadRequest, SessionNotFound),
+    },
 )
 async def post_messages(
     session_id: SessionIdPath,
@@ -99,7 +98,7 @@ async def post_messages(
     "/{session_id}/messages",
     summary="The session's history, newest last",
     response_model=MessagePage,
-    responses=problem_responses(401, 404, 422),
+    responses=problem_responses(SessionNotFound),
 )
 async def get_messages(
     session_id: SessionIdPath,

@@ -8,7 +8,17 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import LimitQuery, MemoryDep, TenantDep, UserIdQuery
-from app.schemas.common import problem_responses
+from app.api.errors import problem_responses
+from app.errors import (
+    BadRequest,
+    EmbeddingRejected,
+    InvalidCursor,
+    MemoryNotFound,
+    ProviderTimeout,
+    ProviderUnavailable,
+    SessionNotFound,
+    VectorStoreUnavailable,
+)
 from app.schemas.memories import (
     MemoryCreate,
     MemoryEventPage,
@@ -28,7 +38,14 @@ CursorQuery = Annotated[str | None, Query(max_length=512, description="from `nex
     summary="Store a memory",
     status_code=status.HTTP_201_CREATED,
     response_model=MemoryOut,
-    responses=problem_responses(400, 401, 404, 422, 503),
+    responses=problem_responses(
+        BadRequest,
+        SessionNotFound,
+        EmbeddingRejected,
+        ProviderUnavailable,
+        ProviderTimeout,
+        VectorStoreUnavailable,
+    ),
 )
 async def create_memory(body: MemoryCreate, tenant: TenantDep, memories: MemoryDep) -> MemoryOut:
     return await memories.create(tenant, body)
@@ -38,7 +55,7 @@ async def create_memory(body: MemoryCreate, tenant: TenantDep, memories: MemoryD
     "",
     summary="List a user's memories, newest first",
     response_model=MemoryPage,
-    responses=problem_responses(401, 422),
+    responses=problem_responses(InvalidCursor),
 )
 async def list_memories(
     user_id: UserIdQuery,
@@ -55,7 +72,7 @@ async def list_memories(
     "/{memory_id}",
     summary="One memory",
     response_model=MemoryOut,
-    responses=problem_responses(401, 404, 422),
+    responses=problem_responses(MemoryNotFound),
 )
 async def get_memory(
     memory_id: uuid.UUID, user_id: UserIdQuery, tenant: TenantDep, memories: MemoryDep
@@ -67,7 +84,14 @@ async def get_memory(
     "/{memory_id}",
     summary="Change a memory (the old value stays in its history)",
     response_model=MemoryOut,
-    responses=problem_responses(400, 401, 404, 422, 503),
+    responses=problem_responses(
+        BadRequest,
+        MemoryNotFound,
+        EmbeddingRejected,
+        ProviderUnavailable,
+        ProviderTimeout,
+        VectorStoreUnavailable,
+    ),
 )
 async def patch_memory(
     memory_id: uuid.UUID, body: MemoryPatch, tenant: TenantDep, memories: MemoryDep
@@ -80,7 +104,7 @@ async def patch_memory(
     summary="Delete a memory (its history stays readable)",
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
-    responses=problem_responses(401, 404, 422, 503),
+    responses=problem_responses(MemoryNotFound, VectorStoreUnavailable),
 )
 async def delete_memory(
     memory_id: uuid.UUID, user_id: UserIdQuery, tenant: TenantDep, memories: MemoryDep
@@ -93,7 +117,7 @@ async def delete_memory(
     "/{memory_id}/history",
     summary="The memory's audit trail, oldest first",
     response_model=MemoryEventPage,
-    responses=problem_responses(401, 404, 422),
+    responses=problem_responses(MemoryNotFound, InvalidCursor),
 )
 async def memory_history(
     memory_id: uuid.UUID,

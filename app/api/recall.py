@@ -5,7 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import RecallDep, TenantDep
-from app.schemas.common import problem_responses
+from app.api.errors import problem_responses
+from app.errors import (
+    BadRequest,
+    EmbeddingRejected,
+    ProviderTimeout,
+    ProviderUnavailable,
+    SessionNotFound,
+    VectorStoreUnavailable,
+)
 from app.schemas.recall import RecallRequest, RecallResponse
 
 router = APIRouter(prefix="/v1", tags=["recall"])
@@ -17,7 +25,14 @@ router = APIRouter(prefix="/v1", tags=["recall"])
     description="Hybrid search (dense + BM25 terms, fused with RRF), then "
     "`score = α·semantic + β·recency + γ·importance`, each term in [0, 1].",
     response_model=RecallResponse,
-    responses=problem_responses(400, 401, 404, 422, 503),
+    responses=problem_responses(
+        BadRequest,
+        SessionNotFound,
+        EmbeddingRejected,
+        ProviderUnavailable,
+        ProviderTimeout,
+        VectorStoreUnavailable,
+    ),
 )
 async def recall(body: RecallRequest, tenant: TenantDep, service: RecallDep) -> RecallResponse:
     return await service.recall(tenant, body)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import httpx
 import numpy as np
 
-from app.errors import EmbeddingRejected, ProviderTimeout, Unavailable
+from app.errors import EmbeddingRejected, ProviderTimeout, ProviderUnavailable
 
 
 class Embedder(Protocol):
@@ -115,7 +115,7 @@ class OpenAIEmbedder:
                     "/v1/embeddings", json={"model": self.model, "input": texts}
                 )
                 if resp.status_code >= 500 or resp.status_code == 429:
-                    raise Unavailable(f"embedding provider answered {resp.status_code}")
+                    raise ProviderUnavailable(f"embedding provider answered {resp.status_code}")
                 if resp.status_code in (400, 413, 422):
                     # This input is refused (too long for the model, say): a retry gets the
                     # same answer.
@@ -123,16 +123,21 @@ class OpenAIEmbedder:
                         f"the embedding provider refused the text ({resp.status_code})"
                     )
                 if resp.status_code >= 400:  # a key, model or URL problem of the operator's
-                    raise Unavailable(f"embedding provider answered {resp.status_code}")
+                    raise ProviderUnavailable(f"embedding provider answered {resp.status_code}")
                 data = sorted(resp.json()["data"], key=lambda d: d["index"])
                 vectors = [list(map(float, d["embedding"])) for d in data]
                 if len(vectors) != len(texts) or any(len(v) != self.dim for v in vectors):
-                    raise Unavailable("embedding provider returned vectors of the wrong shape")
+                    raise ProviderUnavailable(
+                        "embedding provider returned vectors of the wrong shape"
+                    )
                 return vectors
             except httpx.TimeoutException as exc:
                 last = ProviderTimeout(f"embedding provider timed out: {exc}")
-            except (httpx.HTTPError, Unavailable, KeyError, ValueError) as exc:
-                last = exc if isinstance(exc, Unavailable) else Unavailable(str(exc))
+            except ProviderUnavailable as exc:
+                last = exc
+            except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+                # Transport failures and answers of the wrong form (not JSON, no `data`).
+                last = ProviderUnavailable(f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(0.2 * 2**attempt)
         assert last is not None
         raise last

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 import orjson
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
+from app.errors import InvalidInput
+
 Identifier = Annotated[
     str,
     StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$"),
@@ -124,34 +126,37 @@ class Source(BaseModel):
     seq: int
 
 
+class FieldError(BaseModel):
+    """One field a request got wrong."""
+
+    loc: list[str | int] = Field(
+        description="where: `body`, `query` or `path`, then the path to the field",
+        examples=[["body", "messages", 0, "content"]],
+    )
+    field: str = Field(description="the field, dotted", examples=["messages.0.content"])
+    msg: str = Field(examples=["String should have at least 1 character"])
+    type: str | None = Field(default=None, examples=["string_too_short"])
+
+
 class Problem(BaseModel):
-    """RFC 9457 problem details, with a stable `code` and the request id."""
+    """RFC 9457 problem details, with a stable `code` and the request id.
 
-    type: str = Field(examples=["https://strata.dev/problems/validation_error"])
-    title: str
-    status: int
-    detail: str
-    code: str = Field(examples=["validation_error"])
-    request_id: str
-    errors: list[dict[str, Any]] | None = None
+    `code` is a plain string rather than an enum so that a code added later does not break
+    a client generated today; each route's responses list the codes it may answer.
+    """
 
-
-def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the error answers a route can give."""
-    titles = {
-        400: "The body is not decodable JSON",
-        401: "Missing or invalid API key",
-        404: "Not found (or belongs to another user)",
-        409: "Conflict",
-        422: "Invalid request; `errors` names each field",
-        503: "A dependency is unavailable",
-        504: "An upstream provider timed out",
-    }
-    return {
-        s: {
-            "model": Problem,
-            "description": titles[s],
-            "content": {"application/problem+json": {}},
-        }
-        for s in statuses
-    }
+    type: str = Field(
+        description="`urn:strata:problem:<code>`",
+        examples=[f"urn:strata:problem:{InvalidInput.code}"],
+    )
+    title: str = Field(examples=["Invalid request"])
+    status: int = Field(examples=[422])
+    detail: str = Field(examples=["messages.0.content: String should have at least 1 character"])
+    code: str = Field(examples=[InvalidInput.code])
+    request_id: str = Field(
+        description="also the `X-Request-ID` header; the server's log has it",
+        examples=["9f1c2e4b7a8d4e0f9b6a3c5d2e1f0a7b"],
+    )
+    errors: list[FieldError] | None = Field(
+        default=None, description="each field at fault (422, and 400 for JSON syntax)"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.core import packing
 from app.core.tokens import TokenCounter
-from app.errors import InvalidInput
+from app.errors import TokenBudgetTooSmall
 from app.schemas.context import ContextRequest, ContextResponse, ContextSections
 from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
@@ -84,11 +84,10 @@ class ContextService:
                 count=self.tokens,
             )
         except packing.BudgetTooSmall as exc:
-            raise InvalidInput(
+            raise TokenBudgetTooSmall(
                 "token_budget",
                 f"{body.token_budget} is too small: the system prompt and the last user "
                 f"message alone need {exc.needed} tokens",
-                code="token_budget_too_small",
             ) from exc
 
         kept_memories = [memories[item.key] for item in packed.memories]

@@ -24,7 +24,8 @@ async def _check(probe: Probe, timeout: float = 2.0) -> Check:
         latency = await asyncio.wait_for(probe(), timeout)
         return Check(ok=True, latency_ms=round(latency, 3))
     except Exception as exc:  # any failure makes the dependency not ready, never a 500
-        return Check(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        cause = exc.__cause__ or exc  # a store's error wraps the driver's, which says more
+        return Check(ok=False, error=f"{type(cause).__name__}: {cause}"[:300])
 
 
 Probe = Callable[[], Awaitable[float]]

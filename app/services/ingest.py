@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import Conflict, NotFound
+from app.errors import BufferUnavailable, SessionNotFound, SessionUserConflict
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -90,9 +90,7 @@ class IngestService:
                 now=now,
             )
             if row.user_id != body.user_id:
-                raise Conflict(
-                    f"session {session_id!r} belongs to another user", code="session_user_conflict"
-                )
+                raise SessionUserConflict(session_id)
             if created:
                 await session_store.ensure_user(tx, tenant_id, body.user_id, now)
                 return session_out(row), True
@@ -115,7 +113,7 @@ class IngestService:
     ) -> Session:
         row = await session_store.get(tx, tenant_id, session_id, for_update=lock)
         if row is None or row.user_id != user_id:
-            raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
+            raise SessionNotFound(session_id)
         return row
 
     async def delete_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionDeleted:
@@ -133,7 +131,7 @@ class IngestService:
             await self.vectors.delete(gone)
         try:
             await self.buffer.drop(tenant_id, session_id)
-        except Exception:  # the window expires by TTL anyway
+        except BufferUnavailable:  # the window expires by TTL anyway
             log.warning("could not drop the buffer of session %s", session_id, exc_info=True)
         return SessionDeleted(session_id=session_id, messages=count, memories=len(gone))
 
@@ -152,7 +150,7 @@ class IngestService:
                 now=now,
             )
             if session.user_id != body.user_id:
-                raise NotFound(f"no session {session_id!r} for this user", code="session_not_found")
+                raise SessionNotFound(session_id)
             if created:
                 await session_store.ensure_user(tx, tenant_id, body.user_id, now)
 
@@ -212,7 +210,7 @@ class IngestService:
         ]
         try:
             await self.buffer.push(tenant_id, session_id, entries, wake=True)
-        except Exception:
+        except BufferUnavailable:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
             # The workers' poll still finds the backlog; a wake-up only saves the wait.
 
@@ -270,7 +268,7 @@ class IngestService:
             return []
         try:
             window = await self.buffer.recent(tenant_id, session.id, n)
-        except Exception:
+        except BufferUnavailable:
             log.warning("buffer unavailable; reading the log", exc_info=True)
             window = None
         if (
@@ -288,6 +286,6 @@ class IngestService:
         if window is not None:
             try:
                 await self.buffer.replace(tenant_id, session.id, entries)
-            except Exception:
+            except BufferUnavailable:
                 log.warning("could not rebuild the buffer", exc_info=True)
         return [MessageOut.model_validate(m) for m in entries[-n:]]

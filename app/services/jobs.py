@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import Conflict, NotFound
+from app.errors import JobNotFailed, JobNotFound
 from app.schemas.jobs import JobOut
 from app.stores import jobs as job_store
 from app.stores.db import Database
@@ -39,7 +39,7 @@ class JobService:
         async with self.db.read() as tx:
             row = await job_store.get(tx, tenant_id, job_id)
         if row is None:
-            raise NotFound(f"no job {job_id}", code="job_not_found")
+            raise JobNotFound(job_id)
         return job_out(row)
 
     async def enqueue(
@@ -76,10 +76,7 @@ class JobService:
             )
             current = row or await job_store.get(tx, tenant_id, job_id)
         if current is None:
-            raise NotFound(f"no job {job_id}", code="job_not_found")
+            raise JobNotFound(job_id)
         if row is None:
-            raise Conflict(
-                f"job {job_id} is {current.state}; only a failed job can be re-run",
-                code="job_not_failed",
-            )
+            raise JobNotFailed(job_id, current.state)
         return job_out(row)

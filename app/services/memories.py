@@ -16,7 +16,7 @@ import orjson
 
 from app.core import terms
 from app.core.chunking import heuristic_importance
-from app.errors import InvalidInput, NotFound
+from app.errors import InvalidCursor, InvalidInput, MemoryNotFound, SessionNotFound
 from app.providers.embeddings import Embedder
 from app.schemas.common import Source
 from app.schemas.memories import (
@@ -75,9 +75,9 @@ def decode_cursor(cursor: str) -> list[Any]:
         padded = cursor + "=" * (-len(cursor) % 4)
         value = orjson.loads(base64.urlsafe_b64decode(padded))
     except (ValueError, orjson.JSONDecodeError) as exc:
-        raise InvalidInput("cursor", "is not a cursor this API returned") from exc
+        raise InvalidCursor() from exc
     if not isinstance(value, list):
-        raise InvalidInput("cursor", "is not a cursor this API returned")
+        raise InvalidCursor()
     return value
 
 
@@ -145,9 +145,7 @@ class MemoryService:
             if body.session_id is not None:
                 session = await session_store.get(tx, tenant_id, body.session_id)
                 if session is None or session.user_id != body.user_id:
-                    raise NotFound(
-                        f"no session {body.session_id!r} for this user", code="session_not_found"
-                    )
+                    raise SessionNotFound(body.session_id)
             await session_store.ensure_user(tx, tenant_id, body.user_id, now)
             await memory_store.add(tx, row)
             await memory_store.add_events(
@@ -161,7 +159,7 @@ class MemoryService:
         async with self.db.read() as tx:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
         if row is None:
-            raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+            raise MemoryNotFound(memory_id)
         return memory_out(row)
 
     async def list(
@@ -183,7 +181,7 @@ class MemoryService:
                     raise ValueError(parts)
                 after = (when.astimezone(UTC), memory_id)
             except (ValueError, OverflowError) as exc:
-                raise InvalidInput("cursor", "is not a cursor this API returned") from exc
+                raise InvalidCursor() from exc
         async with self.db.read() as tx:
             rows = await memory_store.page(
                 tx, tenant_id, user_id, memory_type=memory_type, after=after, limit=limit + 1
@@ -207,7 +205,7 @@ class MemoryService:
         async with self.db.transaction() as tx:
             row = await memory_store.get(tx, tenant_id, body.user_id, memory_id)
             if row is None:
-                raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+                raise MemoryNotFound(memory_id)
             old: dict[str, Any] = {}
             new: dict[str, Any] = {}
             for name in sorted(fields):
@@ -240,7 +238,7 @@ class MemoryService:
         async with self.db.transaction() as tx:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
             if row is None:
-                raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+                raise MemoryNotFound(memory_id)
             row.deleted_at = now
             row.valid_to = now
             row.updated_at = now
@@ -257,11 +255,11 @@ class MemoryService:
         if cursor:
             parts = decode_cursor(cursor)
             if len(parts) != 1 or type(parts[0]) is not int or not 0 <= parts[0] < 2**63:
-                raise InvalidInput("cursor", "is not a cursor this API returned")
+                raise InvalidCursor()
             after_id = parts[0]
         async with self.db.read() as tx:
             if not await memory_store.exists_any(tx, tenant_id, user_id, memory_id):
-                raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
+                raise MemoryNotFound(memory_id)
             rows = await memory_store.events_page(
                 tx, tenant_id, memory_id, after_id=after_id, limit=limit + 1
             )

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.core import scoring, terms
-from app.errors import NotFound
+from app.errors import SessionNotFound
 from app.providers.embeddings import Embedder
 from app.schemas.common import Source
 from app.schemas.recall import RecallRequest, RecallResponse, RecallResult, Scores
@@ -61,9 +61,7 @@ class RecallService:
             async with self.db.read() as tx:
                 session = await session_store.get(tx, tenant_id, body.session_id)
             if session is None or session.user_id != body.user_id:
-                raise NotFound(
-                    f"no session {body.session_id!r} for this user", code="session_not_found"
-                )
+                raise SessionNotFound(body.session_id)
         results = await self.search(
             tenant_id,
             body.user_id,

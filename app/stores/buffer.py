@@ -4,22 +4,39 @@ The window is a sorted set scored by `seq`, so concurrent ingests that push out 
 still read back in order, and a replayed push is a no-op. Keys are hash-tagged per
 session (`{tenant:session}`) for Redis Cluster. Losing Redis loses nothing: the window is
 rebuilt from the message log when it is missing or behind.
+
+Every Redis failure leaves this module as `BufferUnavailable`, so that a caller that can do
+without the buffer catches exactly that, and one that cannot answers a 503.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.errors import BufferUnavailable
 
 WAKE_CHANNEL = "strata:wake"
 
 
 def _window_key(tenant_id: str, session_id: str) -> str:
     return f"strata:{{{tenant_id}:{session_id}}}:window"
+
+
+@contextlib.contextmanager
+def _unavailable() -> Iterator[None]:
+    """Redis's errors, and the socket's own that redis-py lets through, as ours."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:  # OSError: ConnectionError, TimeoutError, gaierror
+        # The class only (the message names hosts); the handler logs the cause.
+        raise BufferUnavailable(f"the buffer failed ({type(exc).__name__})") from exc
 
 
 class Buffer:
@@ -42,44 +59,49 @@ class Buffer:
             return
         key = _window_key(tenant_id, session_id)
         mapping: dict[bytes, float] = {orjson.dumps(m): m["seq"] for m in messages[-self.window :]}
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zadd(key, mapping)
-            pipe.zremrangebyrank(key, 0, -(self.window + 1))
-            pipe.expire(key, self.ttl)
-            if wake:
-                pipe.publish(WAKE_CHANNEL, b"1")
-            await pipe.execute()
+        with _unavailable():
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.zadd(key, mapping)
+                pipe.zremrangebyrank(key, 0, -(self.window + 1))
+                pipe.expire(key, self.ttl)
+                if wake:
+                    pipe.publish(WAKE_CHANNEL, b"1")
+                await pipe.execute()
 
     async def replace(
         self, tenant_id: str, session_id: str, messages: Sequence[dict[str, Any]]
     ) -> None:
         """Rebuild the window from the log."""
         key = _window_key(tenant_id, session_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            if messages:
-                pipe.zadd(key, {orjson.dumps(m): m["seq"] for m in messages[-self.window :]})
-                pipe.expire(key, self.ttl)
-            await pipe.execute()
+        with _unavailable():
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                if messages:
+                    pipe.zadd(key, {orjson.dumps(m): m["seq"] for m in messages[-self.window :]})
+                    pipe.expire(key, self.ttl)
+                await pipe.execute()
 
     async def recent(self, tenant_id: str, session_id: str, n: int) -> list[dict[str, Any]]:
         """Up to `n` newest messages, oldest first; refreshes the TTL (activity)."""
         key = _window_key(tenant_id, session_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrange(key, -n, -1)
-            pipe.expire(key, self.ttl)
-            raw, _ = await pipe.execute()
+        with _unavailable():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zrange(key, -n, -1)
+                pipe.expire(key, self.ttl)
+                raw, _ = await pipe.execute()
         return [orjson.loads(item) for item in raw]
 
     async def drop(self, tenant_id: str, session_id: str) -> None:
-        await self.redis.delete(_window_key(tenant_id, session_id))
+        with _unavailable():
+            await self.redis.delete(_window_key(tenant_id, session_id))
 
     def wake_listener(self) -> WakeListener:
         return WakeListener(self.redis)
 
     async def ping(self) -> float:
         start = time.perf_counter()
-        await self.redis.ping()
+        with _unavailable():
+            await self.redis.ping()
         return (time.perf_counter() - start) * 1000
 
     async def close(self) -> None:
@@ -95,6 +117,10 @@ class WakeListener:
 
     async def wait(self, timeout: float) -> None:
         """Return on the next wake-up or after `timeout`; a missed wake only delays work."""
+        with _unavailable():
+            await self._wait(timeout)
+
+    async def _wait(self, timeout: float) -> None:
         if not self._subscribed:
             await self._pubsub.subscribe(WAKE_CHANNEL)
             self._subscribed = True

@@ -5,25 +5,37 @@ many concurrent writers in one process, and a deferred transaction that upgrades
 lock fails at once with "database is locked" instead of waiting its turn), while reads go
 through a second engine that never takes the write lock, so recall and context never queue
 behind promotion's writes.
+
+The transaction is also the boundary where the drivers' failures become the service's:
+an outage, a dropped connection or a transient abort leaves as `DatabaseUnavailable` (503,
+retry later); a statement the database refused is our bug and leaves unchanged (500).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+
+from app.errors import DatabaseUnavailable
+
+log = logging.getLogger("strata.db")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
@@ -136,15 +148,82 @@ class _Transaction:
 
     async def __aenter__(self) -> AsyncSession:
         self._session = self._factory()
-        await self._session.begin()
+        try:
+            await self._session.begin()
+        except Exception as exc:
+            await self._session.close()
+            if (unavailable := _outage(exc)) is not None:
+                raise unavailable from exc
+            raise
         return self._session
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
         assert self._session is not None
         try:
-            if exc_type is None:
+            if exc is None:
                 await self._session.commit()
             else:
                 await self._session.rollback()
+        except Exception as failure:
+            if exc is None:
+                if (unavailable := _outage(failure)) is not None:
+                    raise unavailable from failure
+                raise
+            # The rollback of a broken connection may fail too; the first error is the news.
+            log.warning("rollback failed after %s: %r", type(exc).__name__, failure)
         finally:
             await self._session.close()
+        if isinstance(exc, Exception) and (unavailable := _outage(exc)) is not None:
+            raise unavailable from exc
+
+
+def _outage(exc: BaseException) -> DatabaseUnavailable | None:
+    """The service's error for a database failure a retry may cure, or None when `exc`
+    is not one (a statement refused for our bug, or an error that is not the database's)."""
+    if isinstance(exc, DBAPIError):
+        refused = (
+            not isinstance(exc, OperationalError | InterfaceError)
+            and not exc.connection_invalidated
+            and exc.statement is not None
+            and not _transient(exc)
+        )
+        return None if refused else DatabaseUnavailable(_detail(exc))
+    if isinstance(exc, PoolTimeout):  # every pooled connection busy for `pool_timeout`
+        return DatabaseUnavailable(_detail(exc))
+    if isinstance(exc, OSError) and _from_driver(exc):
+        # Refused or reset connections, name resolution, connect time-outs: asyncpg raises
+        # the socket's own errors, and SQLAlchemy lets them through unwrapped.
+        return DatabaseUnavailable(_detail(exc))
+    return None
+
+
+def _transient(exc: DBAPIError) -> bool:
+    """Deadlock or serialisation (40), statement timeout or shutdown (57), connection (08):
+    the request may succeed if retried, so it is a 503, not our 500."""
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    return isinstance(code, str) and code[:2] in ("40", "57", "08")
+
+
+_DRIVERS = frozenset({"sqlalchemy", "asyncpg", "aiosqlite", "sqlite3"})
+
+
+def _from_driver(exc: BaseException) -> bool:
+    """Whether `exc` was raised in (or passed through) the database's client code, rather
+    than in ours or in another store's inside the same transaction."""
+    tb = exc.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module.partition(".")[0] in _DRIVERS:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _detail(exc: BaseException) -> str:
+    # The class only: a driver's message may carry host names or SQL.
+    return f"the database failed ({type(exc).__name__})"

@@ -74,20 +74,44 @@ async def test_out_of_range_numbers_are_422_not_500(
     assert recall.status_code == 422
 
 
-async def test_undecodable_body_is_a_400_problem(running: Running) -> None:
+NOT_JSON: list[tuple[str, bytes, str]] = [
+    ("open brace", b"{", "the body is not JSON"),
+    ("bare word", b"{not json", "the body is not JSON"),
+    ("latin-1 in a string", b'{"user_id": "u", "query": "caf\xe9"}', "the body is not UTF-8"),
+    ("not UTF-8 at all", b"\xff\xfe\xfd", "the body is not UTF-8"),
+]
+
+
+@pytest.mark.parametrize("path", ["/v1/recall", "/v1/sessions/s/messages"])
+@pytest.mark.parametrize(("case", "body", "detail"), NOT_JSON, ids=[c[0] for c in NOT_JSON])
+async def test_a_body_that_is_not_json_is_a_400_problem(
+    running: Running, path: str, case: str, body: bytes, detail: str
+) -> None:
     resp = await running.client.post(
-        "/v1/recall", content=b"\xff\xfe", headers={"content-type": "application/json"}
+        path, content=body, headers={"content-type": "application/json"}
     )
-    assert resp.status_code in (400, 422)
+    assert resp.status_code == 400, case
     assert resp.headers["content-type"] == "application/problem+json"
+    problem = resp.json()
+    assert problem["code"] == "bad_request"
+    assert problem["status"] == 400
+    assert problem["detail"].startswith(detail), problem
+    assert problem["request_id"] == resp.headers["x-request-id"]
 
 
-async def test_invalid_json_is_a_422_problem(running: Running) -> None:
+@pytest.mark.parametrize(
+    ("body", "field"), [(b"[]", "body"), (b'"text"', "body"), (b'{"query": 5}', "query")]
+)
+async def test_json_of_the_wrong_shape_stays_a_422_naming_the_field(
+    running: Running, body: bytes, field: str
+) -> None:
     resp = await running.client.post(
-        "/v1/recall", content=b"{not json", headers={"content-type": "application/json"}
+        "/v1/recall", content=body, headers={"content-type": "application/json"}
     )
     assert resp.status_code == 422
-    assert resp.json()["code"] == "validation_error"
+    problem = resp.json()
+    assert problem["code"] == "validation_error"
+    assert any(e["field"] == field for e in problem["errors"]), problem
 
 
 @pytest.mark.parametrize(
