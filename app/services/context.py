@@ -11,6 +11,7 @@ from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
 from app.services.ingest import IngestService
 from app.services.recall import RecallService
+from app.services.search import SearchSpec
 
 # Memories fetched for packing; the budget decides how many stay.
 CONTEXT_TOP_K = 30
@@ -62,9 +63,18 @@ class ContextService:
 
         memories: list[RecallResult] = []
         if query:
-            found = await self.recall.search(
-                tenant_id, body.user_id, query, top_k=CONTEXT_TOP_K, as_of=body.as_of
+            spec = SearchSpec(
+                tenant_id=tenant_id,
+                user_id=body.user_id,
+                query=query,
+                top_k=CONTEXT_TOP_K,
+                as_of=body.as_of,
+                session_id=session_id,
+                # A caller's own query is searched as given; the last user message is a
+                # turn of a conversation and may need its referents (DESIGN §2, context).
+                rewrite="off" if body.query else "auto",
             )
+            found = (await self.recall.search(spec)).results
             # What the recent turns already say verbatim is not worth its tokens twice.
             shown = {m.seq for m in recent}
             memories = [
