@@ -170,3 +170,183 @@ def _contiguous_from_end(chosen: set[int], n: int, required: int | None) -> int:
     while i > 0 and (i - 1 in chosen or i - 1 == required):
         i -= 1
     return i
+
+
+# --- Packing a list of sections -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One headed block of the context, packed by `priority` (lower fills first, goes last).
+
+    - `items` are in the order they are rendered: a ranked list best first, a conversation
+      oldest first. Each renders as one line, `bullet + text`, under `head`.
+    - `required`: the index of an item that is never dropped (the last user message);
+      `whole`: every item is required (the system prompt). Required items form the base; a
+      budget smaller than the base raises `BudgetTooSmall`.
+    - `share`: in its priority turn the section takes at most this share of the budget left
+      after the base; at the end it takes what the sections after it left.
+    - `conversation`: filled newest first and kept as one unbroken run up to the newest
+      item (plus the required one): a gap would misrepresent the conversation. Otherwise an
+      item that does not fit is skipped and a smaller one after it may still fit.
+    """
+
+    name: str
+    items: Sequence[Item]
+    priority: int
+    head: str
+    bullet: str = ""
+    required: int | None = None
+    whole: bool = False
+    share: float | None = None
+    conversation: bool = False
+
+    def required_items(self) -> frozenset[int]:
+        if self.whole:
+            return frozenset(range(len(self.items)))
+        return frozenset() if self.required is None else frozenset((self.required,))
+
+
+@dataclass(slots=True)
+class PackedSections:
+    kept: dict[str, list[Item]]  # per section, in the order given
+    text: str
+    tokens: dict[str, int]  # per section, then `total` = the count of `text`
+    dropped: dict[str, int]  # per section that can lose items (not `whole` ones)
+
+
+def render_sections(sections: Sequence[Section], kept: Sequence[Sequence[int]]) -> str:
+    """The sections with the items at `kept` (ascending indices), non-empty ones only."""
+    blocks = (_block(s, k) for s, k in zip(sections, kept, strict=True))
+    return "\n\n".join(b for b in blocks if b)
+
+
+def _block(section: Section, kept: Sequence[int]) -> str:
+    if not kept:
+        return ""
+    lines = "\n".join(section.bullet + section.items[i].text for i in kept)
+    return f"{section.head}\n{lines}" if section.head else lines
+
+
+def pack_sections(sections: Sequence[Section], *, budget: int, count: Counter) -> PackedSections:
+    """Fit `sections` (in the order they are rendered) into `budget` tokens."""
+    _check(sections)
+    required = [s.required_items() for s in sections]
+    base_text = render_sections(sections, [sorted(r) for r in required])
+    base = count([base_text])[0] if base_text else 0
+    if base > budget:
+        raise BudgetTooSmall(base, budget)
+
+    optional = [
+        [i for i in range(len(s.items)) if i not in required[k]] for k, s in enumerate(sections)
+    ]
+    costs = _costs(sections, optional, count)
+    # A header costs its tokens plus its line breaks; a line its tokens plus one newline.
+    heads = count([s.head for s in sections]) if sections else []
+    free = budget - base
+    after_base = free
+    chosen = [set(r) for r in required]
+    pending: list[list[int]] = [[] for _ in sections]
+    order = sorted(range(len(sections)), key=lambda k: sections[k].priority)
+
+    for k in order:
+        s, c = sections[k], costs[k]
+        fill = optional[k][::-1] if s.conversation else optional[k]
+        head = heads[k] + 2 if s.head and not required[k] else 0
+        if s.share is not None:
+            cap = min(int(after_base * s.share), free)
+            spent = head if s.items and not required[k] else 0
+            for i in fill:
+                if spent + c[i] + 1 <= cap:
+                    chosen[k].add(i)
+                    spent += c[i] + 1
+                else:
+                    pending[k].append(i)
+            free -= spent
+        else:
+            spent, took = head, False
+            for i in fill:
+                if spent + c[i] + 1 <= free:
+                    chosen[k].add(i)
+                    spent += c[i] + 1
+                    took = True
+                elif s.conversation:
+                    break
+            if took:
+                free -= spent
+
+    for k in order:  # what the others left goes to the sections that were held to a share
+        for i in pending[k]:
+            cost = costs[k][i] + 1
+            if cost > free:
+                if sections[k].conversation:
+                    break
+                continue
+            chosen[k].add(i)
+            free -= cost
+
+    for k, s in enumerate(sections):
+        if s.conversation:
+            start = _unbroken_run_start(chosen[k], len(s.items), required[k])
+            chosen[k] = {i for i in chosen[k] if i >= start or i in required[k]}
+
+    # Per-item counts are estimates (BPE counts do not add up across joins): count the
+    # whole text and, while it is over, drop from the least important section first.
+    kept = [sorted(c) for c in chosen]
+    text = render_sections(sections, kept)
+    total = count([text])[0]
+    while total > budget:
+        for k in reversed(order):
+            removable = [i for i in kept[k] if i not in required[k]]
+            if removable:
+                kept[k].remove(removable[0] if sections[k].conversation else removable[-1])
+                break
+        else:  # cannot happen: the base fits; stay safe
+            break
+        text = render_sections(sections, kept)
+        total = count([text])[0]
+
+    blocks = [_block(s, kept[k]) for k, s in enumerate(sections)]
+    counts = count(blocks) if blocks else []
+    tokens = {s.name: counts[k] if kept[k] else 0 for k, s in enumerate(sections)}
+    tokens["total"] = total
+    return PackedSections(
+        kept={s.name: [s.items[i] for i in kept[k]] for k, s in enumerate(sections)},
+        text=text,
+        tokens=tokens,
+        dropped={
+            s.name: len(s.items) - len(kept[k]) for k, s in enumerate(sections) if not s.whole
+        },
+    )
+
+
+def _check(sections: Sequence[Section]) -> None:
+    names = [s.name for s in sections]
+    if len(set(names)) != len(names) or "total" in names:
+        raise ValueError(f"section names must be unique and not 'total': {names}")
+    for s in sections:
+        if s.required is not None and not 0 <= s.required < len(s.items):
+            raise ValueError(f"section {s.name!r}: required index {s.required} out of range")
+        if s.share is not None and not 0 <= s.share <= 1:
+            raise ValueError(f"section {s.name!r}: share {s.share} not in [0, 1]")
+
+
+def _costs(
+    sections: Sequence[Section], optional: Sequence[Sequence[int]], count: Counter
+) -> list[dict[int, int]]:
+    """Token counts of every optional line, in one batch."""
+    where = [(k, i) for k, idx in enumerate(optional) for i in idx]
+    lines = [sections[k].bullet + sections[k].items[i].text for k, i in where]
+    counts = count(lines) if lines else []
+    costs: list[dict[int, int]] = [{} for _ in sections]
+    for (k, i), n in zip(where, counts, strict=True):
+        costs[k][i] = n
+    return costs
+
+
+def _unbroken_run_start(chosen: set[int], n: int, required: frozenset[int]) -> int:
+    """The smallest index i such that every index in [i, n) is chosen or required."""
+    i = n
+    while i > 0 and (i - 1 in chosen or i - 1 in required):
+        i -= 1
+    return i
