@@ -90,7 +90,7 @@ class Pool:
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A scored hit. Stages may filter, reorder or re-score (`dataclasses.replace`) them;
-    `score` is what the results are ranked by, the terms are what they report."""
+    `score` (kept in [0, 1]) ranks the results, and it and the terms are what they report."""
 
     hit: VectorHit
     semantic: float
