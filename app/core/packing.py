@@ -1,172 +1,209 @@
 """Packing the context window into a token budget (pure; the tokenizer is passed in).
 
-The invariant callers rely on: the rendered `text` never counts more than `budget` tokens.
-Items are chosen with per-item counts (cheap, batched), then the whole text is counted once
-more, exactly, because BPE counts are not additive across joins; while it is over, the
-least valuable item goes. The system prompt and the last user message are never dropped:
-if they alone do not fit, the budget is too small and the caller says so.
+The context is a list of `Section`s, rendered in the order given as headed blocks, filled
+in order of priority. The invariant callers rely on: the rendered `text` never counts more
+than `budget` tokens. Items are chosen with per-item counts (cheap, batched), then the whole
+text is counted once more, exactly, because BPE counts are not additive across joins; while
+it is over, an item of the least important section goes. Required items (the system prompt,
+the last user message) are never dropped: if they alone do not fit, the budget is too small
+and the caller says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 Counter = Callable[[Sequence[str]], list[int]]
-
-HEAD_SYSTEM = "## Instructions"
-HEAD_MEMORIES = "## Relevant memories"
-HEAD_RECENT = "## Recent conversation"
-
-# Share of the free budget that recent turns may take before memories are packed; what
-# memories leave unused flows back to older turns.
-RECENT_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One line of the context: `text` is exactly what gets rendered."""
+    """One line of the context: `text` is exactly what gets rendered (after the bullet)."""
 
     key: int
     text: str
 
 
-@dataclass(slots=True)
-class Packed:
-    system_prompt: str
-    memories: list[Item]
-    recent: list[Item]
-    text: str
-    tokens: dict[str, int]
-    dropped: dict[str, int] = field(default_factory=dict)
-
-
 class BudgetTooSmall(Exception):
     def __init__(self, needed: int, budget: int) -> None:
-        super().__init__(f"the system prompt and the last user message need {needed} tokens")
+        super().__init__(f"the required items alone need {needed} tokens")
         self.needed = needed
         self.budget = budget
 
 
-def render(system_prompt: str, memories: Sequence[Item], recent: Sequence[Item]) -> str:
-    blocks: list[str] = []
-    if system_prompt:
-        blocks.append(f"{HEAD_SYSTEM}\n{system_prompt}")
-    if memories:
-        blocks.append(HEAD_MEMORIES + "\n" + "\n".join(f"- {m.text}" for m in memories))
-    if recent:
-        blocks.append(HEAD_RECENT + "\n" + "\n".join(r.text for r in recent))
-    return "\n\n".join(blocks)
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One headed block of the context, packed by `priority` (lower fills first, goes last).
 
-
-def pack(
-    *,
-    system_prompt: str,
-    memories: Sequence[Item],
-    recent: Sequence[Item],
-    required_recent: int | None,
-    budget: int,
-    count: Counter,
-) -> Packed:
-    """Fit `system_prompt`, `memories` (best first) and `recent` (oldest first) in `budget`.
-
-    `required_recent` is the index in `recent` of the message that must stay (the last
-    user message), or None.
+    - `items` are in the order they are rendered: a ranked list best first, a conversation
+      oldest first. Each renders as one line, `bullet + text`, under `head`.
+    - `required`: the index of an item that is never dropped (the last user message);
+      `whole`: every item is required (the system prompt). Required items form the base; a
+      budget smaller than the base raises `BudgetTooSmall`.
+    - `share`: in its priority turn the section takes at most this share of the budget left
+      after the base; once every section has had its turn, it takes what they left.
+    - `conversation`: filled newest first and kept as one unbroken run up to the newest
+      item (plus the required one): a gap would misrepresent the conversation. Otherwise an
+      item that does not fit is skipped and a smaller one after it may still fit.
     """
-    required = [recent[required_recent]] if required_recent is not None else []
-    base_text = render(system_prompt, [], required)
+
+    name: str
+    items: Sequence[Item]
+    priority: int
+    head: str
+    bullet: str = ""
+    required: int | None = None
+    whole: bool = False
+    share: float | None = None
+    conversation: bool = False
+
+    def required_items(self) -> frozenset[int]:
+        if self.whole:
+            return frozenset(range(len(self.items)))
+        return frozenset() if self.required is None else frozenset((self.required,))
+
+
+@dataclass(slots=True)
+class Packed:
+    kept: dict[str, list[Item]]  # per section, in the order given
+    text: str
+    tokens: dict[str, int]  # per section, then `total` = the count of `text`
+    dropped: dict[str, int]  # per section that can lose items (not `whole` ones)
+
+
+def render(sections: Sequence[Section], kept: Sequence[Sequence[int]]) -> str:
+    """The sections with the items at `kept` (ascending indices), non-empty ones only."""
+    blocks = (_block(s, k) for s, k in zip(sections, kept, strict=True))
+    return "\n\n".join(b for b in blocks if b)
+
+
+def _block(section: Section, kept: Sequence[int]) -> str:
+    if not kept:
+        return ""
+    lines = "\n".join(section.bullet + section.items[i].text for i in kept)
+    return f"{section.head}\n{lines}" if section.head else lines
+
+
+def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
+    """Fit `sections` (in the order they are rendered) into `budget` tokens."""
+    _check(sections)
+    required = [s.required_items() for s in sections]
+    base_text = render(sections, [sorted(r) for r in required])
     base = count([base_text])[0] if base_text else 0
     if base > budget:
         raise BudgetTooSmall(base, budget)
 
-    mem_costs = count([f"- {m.text}" for m in memories]) if memories else []
-    recent_costs = count([r.text for r in recent]) if recent else []
-    # Separators and headers: a newline is one token; a section header a handful.
-    head_mem, head_recent = count([HEAD_MEMORIES, HEAD_RECENT])
+    optional = [
+        [i for i in range(len(s.items)) if i not in required[k]] for k, s in enumerate(sections)
+    ]
+    costs = _costs(sections, optional, count)
+    # A header costs its tokens plus its line breaks; a line its tokens plus one newline.
+    heads = count([s.head for s in sections]) if sections else []
     free = budget - base
+    after_base = free
+    chosen = [set(r) for r in required]
+    pending: list[list[int]] = [[] for _ in sections]
+    order = sorted(range(len(sections)), key=lambda k: sections[k].priority)
 
-    # Recent turns newest first, up to their share.
-    chosen_recent: set[int] = {required_recent} if required_recent is not None else set()
-    order = [i for i in range(len(recent) - 1, -1, -1) if i != required_recent]
-    spent_recent = 0
-    if not required and recent:
-        spent_recent += head_recent + 2
-    share = int(free * RECENT_SHARE)
-    pending_recent: list[int] = []
-    for i in order:
-        cost = recent_costs[i] + 1
-        if spent_recent + cost <= share:
-            chosen_recent.add(i)
-            spent_recent += cost
-        else:
-            pending_recent.append(i)
-    free -= spent_recent
-
-    chosen_mem: list[int] = []
-    if memories:
-        spent = head_mem + 2
-        for i, cost in enumerate(mem_costs):
-            if spent + cost + 1 <= free:
-                chosen_mem.append(i)
-                spent += cost + 1
-        if chosen_mem:
+    for k in order:
+        s, c = sections[k], costs[k]
+        fill = optional[k][::-1] if s.conversation else optional[k]
+        head = heads[k] + 2 if s.head and not required[k] else 0
+        if s.share is not None:
+            cap = min(int(after_base * s.share), free)
+            spent = head if s.items and not required[k] else 0
+            for i in fill:
+                if spent + c[i] + 1 <= cap:
+                    chosen[k].add(i)
+                    spent += c[i] + 1
+                else:
+                    pending[k].append(i)
             free -= spent
+        else:
+            spent, took = head, False
+            for i in fill:
+                if spent + c[i] + 1 <= free:
+                    chosen[k].add(i)
+                    spent += c[i] + 1
+                    took = True
+                elif s.conversation:
+                    break
+            if took:
+                free -= spent
 
-    for i in sorted(pending_recent, reverse=True):  # the rest, newest first, no gaps
-        cost = recent_costs[i] + 1
-        if cost > free:
-            break
-        chosen_recent.add(i)
-        free -= cost
-    # Keep the recent turns contiguous: a gap would misrepresent the conversation.
-    newest_gap = _contiguous_from_end(chosen_recent, len(recent), required_recent)
-    chosen_recent = {i for i in chosen_recent if i >= newest_gap or i == required_recent}
+    for k in order:  # what the others left goes to the sections that were held to a share
+        for i in pending[k]:
+            cost = costs[k][i] + 1
+            if cost > free:
+                if sections[k].conversation:
+                    break
+                continue
+            chosen[k].add(i)
+            free -= cost
 
-    mem_items = [memories[i] for i in chosen_mem]
-    recent_items = [recent[i] for i in sorted(chosen_recent)]
-    text = render(system_prompt, mem_items, recent_items)
+    for k, s in enumerate(sections):
+        if s.conversation:
+            start = _unbroken_run_start(chosen[k], len(s.items), required[k])
+            chosen[k] = {i for i in chosen[k] if i >= start or i in required[k]}
+
+    # Per-item counts are estimates (BPE counts do not add up across joins): count the
+    # whole text and, while it is over, drop from the least important section first.
+    kept = [sorted(c) for c in chosen]
+    text = render(sections, kept)
     total = count([text])[0]
     while total > budget:
-        if mem_items:
-            mem_items.pop()
-        else:
-            removable = [r for r in recent_items if not required or r is not required[0]]
-            if not removable:  # cannot happen: the base fit, but stay safe
+        for k in reversed(order):
+            removable = [i for i in kept[k] if i not in required[k]]
+            if removable:
+                kept[k].remove(removable[0] if sections[k].conversation else removable[-1])
                 break
-            recent_items.remove(removable[0])
-        text = render(system_prompt, mem_items, recent_items)
+        else:  # cannot happen: the base fits; stay safe
+            break
+        text = render(sections, kept)
         total = count([text])[0]
 
-    sections = [
-        f"{HEAD_SYSTEM}\n{system_prompt}" if system_prompt else "",
-        render("", mem_items, []),
-        render("", [], recent_items),
-    ]
-    sys_t, mem_t, rec_t = count(sections)
+    blocks = [_block(s, kept[k]) for k, s in enumerate(sections)]
+    counts = count(blocks) if blocks else []
+    tokens = {s.name: counts[k] if kept[k] else 0 for k, s in enumerate(sections)}
+    tokens["total"] = total
     return Packed(
-        system_prompt=system_prompt,
-        memories=mem_items,
-        recent=recent_items,
+        kept={s.name: [s.items[i] for i in kept[k]] for k, s in enumerate(sections)},
         text=text,
-        tokens={
-            "system_prompt": sys_t if system_prompt else 0,
-            "working_memory": 0,
-            "profile": 0,
-            "summaries": 0,
-            "memories": mem_t if mem_items else 0,
-            "recent_messages": rec_t if recent_items else 0,
-            "total": total,
-        },
+        tokens=tokens,
         dropped={
-            "memories": len(memories) - len(mem_items),
-            "recent_messages": len(recent) - len(recent_items),
+            s.name: len(s.items) - len(kept[k]) for k, s in enumerate(sections) if not s.whole
         },
     )
 
 
-def _contiguous_from_end(chosen: set[int], n: int, required: int | None) -> int:
-    """The smallest index i such that every index in [i, n) except `required` is chosen."""
+def _check(sections: Sequence[Section]) -> None:
+    names = [s.name for s in sections]
+    if len(set(names)) != len(names) or "total" in names:
+        raise ValueError(f"section names must be unique and not 'total': {names}")
+    for s in sections:
+        if s.required is not None and not 0 <= s.required < len(s.items):
+            raise ValueError(f"section {s.name!r}: required index {s.required} out of range")
+        if s.share is not None and not 0 <= s.share <= 1:
+            raise ValueError(f"section {s.name!r}: share {s.share} not in [0, 1]")
+
+
+def _costs(
+    sections: Sequence[Section], optional: Sequence[Sequence[int]], count: Counter
+) -> list[dict[int, int]]:
+    """Token counts of every optional line, in one batch."""
+    where = [(k, i) for k, idx in enumerate(optional) for i in idx]
+    lines = [sections[k].bullet + sections[k].items[i].text for k, i in where]
+    counts = count(lines) if lines else []
+    costs: list[dict[int, int]] = [{} for _ in sections]
+    for (k, i), n in zip(where, counts, strict=True):
+        costs[k][i] = n
+    return costs
+
+
+def _unbroken_run_start(chosen: set[int], n: int, required: frozenset[int]) -> int:
+    """The smallest index i such that every index in [i, n) is chosen or required."""
     i = n
-    while i > 0 and (i - 1 in chosen or i - 1 == required):
+    while i > 0 and (i - 1 in chosen or i - 1 in required):
         i -= 1
     return i

@@ -1,29 +1,127 @@
-"""Context assembly: the session's instructions, newest turns and recalled memories,
-packed into the caller's token budget (DESIGN §2, context)."""
+"""Context assembly: the session's instructions, working memory, profile, summaries,
+recalled memories and newest turns, packed into the caller's token budget (DESIGN §2).
+
+The context is a list of sections (`app.core.packing.Section`, built by `layout`),
+rendered in this order as headed blocks, one line per item:
+
+    ## Instructions           the system prompt, whole
+    ## Working memory         - key: value   (the scratchpad; a string as is, else JSON)
+    ## About the user         - key: value   (the profile)
+    ## Earlier, in summary    - [weekly from 2024-06-03] content   (oldest first)
+    ## Relevant memories      - [2024-06-05] content   (best first)
+    ## Recent conversation    speaker: content   (oldest first)
+
+A section without items is not rendered. docs/seams.md shows how to add one.
+"""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
 
 from app.core import packing
 from app.core.tokens import TokenCounter
 from app.errors import TokenBudgetTooSmall
-from app.schemas.context import ContextRequest, ContextResponse, ContextSections
+from app.schemas.context import ContextRequest, ContextResponse, ContextSections, SummaryOut
 from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
 from app.services.ingest import IngestService
 from app.services.recall import RecallService
+from app.services.search import SearchSpec
 
 # Memories fetched for packing; the budget decides how many stay.
 CONTEXT_TOP_K = 30
 
+HEAD_SYSTEM = "## Instructions"
+HEAD_WORKING_MEMORY = "## Working memory"
+HEAD_PROFILE = "## About the user"
+HEAD_SUMMARIES = "## Earlier, in summary"
+HEAD_MEMORIES = "## Relevant memories"
+HEAD_RECENT = "## Recent conversation"
 
-def _line(m: MessageOut) -> str:
+# Share of the free budget that recent turns may take before the other sections are packed;
+# what those leave unused flows back to older turns.
+RECENT_SHARE = 0.5
+
+
+def layout(
+    *,
+    system_prompt: str,
+    working_memory: Sequence[str] = (),
+    profile: Sequence[str] = (),
+    summaries: Sequence[str] = (),
+    memories: Sequence[str] = (),
+    recent: Sequence[str] = (),
+    last_user: int | None = None,
+) -> list[packing.Section]:
+    """The context's sections from their lines, in the order they are rendered.
+
+    The system prompt and the last user message (`recent[last_user]`) are required. Then,
+    by priority: the newest turns up to `RECENT_SHARE` of what is left, the working memory,
+    the profile, the memories, the summaries; older turns take what remains. Over budget
+    after the exact count, the summaries go first, the turns last.
+    """
+
+    def items(lines: Sequence[str]) -> list[packing.Item]:
+        return [packing.Item(i, text) for i, text in enumerate(lines)]
+
+    section = packing.Section
+    return [
+        section(
+            "system_prompt",
+            items([system_prompt] if system_prompt else []),
+            priority=0,
+            head=HEAD_SYSTEM,
+            whole=True,
+        ),
+        section(
+            "working_memory",
+            items(working_memory),
+            priority=2,
+            head=HEAD_WORKING_MEMORY,
+            bullet="- ",
+        ),
+        section("profile", items(profile), priority=3, head=HEAD_PROFILE, bullet="- "),
+        section(
+            "summaries",
+            items(summaries),
+            priority=5,
+            head=HEAD_SUMMARIES,
+            bullet="- ",
+            conversation=True,
+        ),
+        section("memories", items(memories), priority=4, head=HEAD_MEMORIES, bullet="- "),
+        section(
+            "recent_messages",
+            items(recent),
+            priority=1,
+            head=HEAD_RECENT,
+            required=last_user,
+            share=RECENT_SHARE,
+            conversation=True,
+        ),
+    ]
+
+
+def message_line(m: MessageOut) -> str:
     name = m.metadata.get("name") if m.metadata else None
     speaker = name if isinstance(name, str) and name.strip() else m.role
     return f"{speaker}: {m.content}"
 
 
-def _memory_line(r: RecallResult) -> str:
+def memory_line(r: RecallResult) -> str:
     return f"[{r.created_at.date().isoformat()}] {r.content}"
+
+
+def entry_line(key: str, value: Any) -> str:
+    """One entry of the scratchpad or the profile: strings as they are, the rest as JSON."""
+    shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return f"{key}: {shown}"
+
+
+def summary_line(s: SummaryOut) -> str:
+    return f"[{s.level} from {s.period_start.date().isoformat()}] {s.content}"
 
 
 class ContextService:
@@ -62,9 +160,18 @@ class ContextService:
 
         memories: list[RecallResult] = []
         if query:
-            found = await self.recall.search(
-                tenant_id, body.user_id, query, top_k=CONTEXT_TOP_K, as_of=body.as_of
+            spec = SearchSpec(
+                tenant_id=tenant_id,
+                user_id=body.user_id,
+                query=query,
+                top_k=CONTEXT_TOP_K,
+                as_of=body.as_of,
+                session_id=session_id,
+                # A caller's own query is searched as given; the last user message is a
+                # turn of a conversation and may need its referents (DESIGN §2, context).
+                rewrite="off" if body.query else "auto",
             )
+            found = (await self.recall.search(spec)).results
             # What the recent turns already say verbatim is not worth its tokens twice.
             shown = {m.seq for m in recent}
             memories = [
@@ -74,15 +181,22 @@ class ContextService:
                 or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
             ]
 
+        # The scratchpad, the profile and summaries are filled by the issues that bring
+        # them; their sections are in place, and an empty section renders nothing.
+        working_memory: dict[str, Any] = {}
+        profile: dict[str, Any] = {}
+        summaries: list[SummaryOut] = []
+        sections = layout(
+            system_prompt=session.system_prompt or "",
+            working_memory=[entry_line(k, v) for k, v in working_memory.items()],
+            profile=[entry_line(k, v) for k, v in profile.items()],
+            summaries=[summary_line(x) for x in summaries],
+            memories=[memory_line(r) for r in memories],
+            recent=[message_line(m) for m in recent],
+            last_user=last_user,
+        )
         try:
-            packed = packing.pack(
-                system_prompt=session.system_prompt or "",
-                memories=[packing.Item(i, _memory_line(r)) for i, r in enumerate(memories)],
-                recent=[packing.Item(i, _line(m)) for i, m in enumerate(recent)],
-                required_recent=last_user,
-                budget=body.token_budget,
-                count=self.tokens,
-            )
+            packed = packing.pack(sections, budget=body.token_budget, count=self.tokens)
         except packing.BudgetTooSmall as exc:
             raise TokenBudgetTooSmall(
                 "token_budget",
@@ -90,17 +204,18 @@ class ContextService:
                 f"message alone need {exc.needed} tokens",
             ) from exc
 
-        kept_memories = [memories[item.key] for item in packed.memories]
+        kept = {name: [item.key for item in items] for name, items in packed.kept.items()}
+        kept_memories = [memories[i] for i in kept["memories"]]
         if kept_memories and body.as_of is None:  # a replay of the past changes nothing
             self.recall.reinforce_later(tenant_id, body.user_id, [m.id for m in kept_memories])
         return ContextResponse(
             sections=ContextSections(
-                system_prompt=packed.system_prompt,
-                working_memory={},
-                profile={},
-                summaries=[],
+                system_prompt=session.system_prompt or "",
+                working_memory=_kept_entries(working_memory, kept["working_memory"]),
+                profile=_kept_entries(profile, kept["profile"]),
+                summaries=[summaries[i] for i in kept["summaries"]],
                 memories=kept_memories,
-                recent_messages=[recent[item.key] for item in packed.recent],
+                recent_messages=[recent[i] for i in kept["recent_messages"]],
             ),
             text=packed.text,
             tokens=packed.tokens,
@@ -108,3 +223,8 @@ class ContextService:
             tokenizer=self.tokens.encoding,
             dropped=packed.dropped,
         )
+
+
+def _kept_entries(entries: dict[str, Any], kept: Sequence[int]) -> dict[str, Any]:
+    keys = list(entries)
+    return {keys[i]: entries[keys[i]] for i in kept}

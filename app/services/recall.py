@@ -1,5 +1,7 @@
 """Recall: hybrid search in the index, then the composite score of DESIGN §4.1.
 
+A search is a pipeline over one `SearchSpec` (`app.services.search`): rewrite the query,
+retrieve candidates, score them, then any further stages, then cut to `top_k`.
 Qdrant fuses the dense and sparse candidate lists (RRF); the fused score, normalised to
 [0, 1], is the `semantic` term. Recency and importance come from the point payload, so a
 recall costs one embedding and one index query. Reinforcement is counted in memory and
@@ -11,49 +13,61 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from app.core import scoring, terms
+from app.core import terms
 from app.errors import SessionNotFound
 from app.providers.embeddings import Embedder
-from app.schemas.common import Source
-from app.schemas.recall import RecallRequest, RecallResponse, RecallResult, Scores
+from app.schemas.recall import RecallRequest, RecallResponse
+from app.services.search import (
+    Found,
+    Pool,
+    Rewriter,
+    Score,
+    SearchSpec,
+    Stage,
+    no_rewrite,
+    run_stages,
+    to_result,
+)
 from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
-from app.stores.vectors import VectorHit, VectorIndex, VectorQuery
+from app.stores.vectors import VectorIndex, VectorQuery
 
 log = logging.getLogger("strata.recall")
 
 
-def _dt(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, UTC) if value is not None else None
-
-
 class RecallService:
     def __init__(
-        self, db: Database, vectors: VectorIndex, embedder: Embedder, settings: Settings
+        self,
+        db: Database,
+        vectors: VectorIndex,
+        embedder: Embedder,
+        settings: Settings,
+        *,
+        rewriter: Rewriter = no_rewrite,
+        stages: Sequence[Stage] = (),
     ) -> None:
         self.db = db
         self.vectors = vectors
         self.embedder = embedder
         self.settings = settings
+        self.rewriter = rewriter
+        self.score = Score(settings)
+        self.stages = list(stages)  # after scoring, in order; docs/seams.md
         self._pending: dict[tuple[str, str], Counter[uuid.UUID]] = {}
         self._flusher: asyncio.Task[None] | None = None
         # The user's highest access count normalises importance; a few seconds stale is fine.
         self._max_access: dict[tuple[str, str], tuple[float, int]] = {}
         self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
-
-    def default_weights(self) -> scoring.Weights:
-        s = self.settings
-        return scoring.Weights(s.weight_semantic, s.weight_recency, s.weight_importance)
 
     async def recall(self, tenant_id: str, body: RecallRequest) -> RecallResponse:
         start = time.perf_counter()
@@ -62,116 +76,58 @@ class RecallService:
                 session = await session_store.get(tx, tenant_id, body.session_id)
             if session is None or session.user_id != body.user_id:
                 raise SessionNotFound(body.session_id)
-        results = await self.search(
-            tenant_id,
-            body.user_id,
-            body.query,
-            top_k=body.top_k,
-            memory_types=list(body.memory_types) if body.memory_types else None,
-            kinds=list(body.kinds) if body.kinds else None,
-            created_from=body.time_range.from_ if body.time_range else None,
-            created_to=body.time_range.to if body.time_range else None,
-            metadata=body.metadata or {},
-            weights=scoring.Weights(
-                body.weights.semantic, body.weights.recency, body.weights.importance
-            )
-            if body.weights
-            else None,
-            as_of=body.as_of,
-        )
-        if body.reinforce and body.as_of is None and results:  # a replay changes nothing
-            self.reinforce_later(tenant_id, body.user_id, [r.id for r in results])
+        found = await self.search(SearchSpec.from_request(tenant_id, body))
+        if body.reinforce and body.as_of is None and found.results:  # a replay changes nothing
+            self.reinforce_later(tenant_id, body.user_id, [r.id for r in found.results])
         return RecallResponse(
             query=body.query,
-            rewritten_query=None,
-            results=results,
+            rewritten_query=found.rewritten_query,
+            results=found.results,
             took_ms=round((time.perf_counter() - start) * 1000, 3),
         )
 
-    async def search(
-        self,
-        tenant_id: str,
-        user_id: str,
-        query: str,
-        *,
-        top_k: int,
-        memory_types: list[str] | None = None,
-        kinds: list[str] | None = None,
-        created_from: datetime | None = None,
-        created_to: datetime | None = None,
-        metadata: dict[str, str | int | bool] | None = None,
-        weights: scoring.Weights | None = None,
-        as_of: datetime | None = None,
-    ) -> list[RecallResult]:
-        if kinds is not None and "memory" not in kinds:
-            return []  # summaries arrive with hierarchical summarisation
+    async def search(self, spec: SearchSpec) -> Found:
+        """rewrite → retrieve → score → each of `stages` → the best `top_k`."""
+        rewritten = await self.rewrite(spec)
+        if rewritten is not None:
+            spec = dataclasses.replace(spec, query=rewritten)
+        candidates = self.score(spec, await self.retrieve(spec))
+        ranked = await run_stages(spec, candidates, self.stages)
+        return Found([to_result(c) for c in ranked], rewritten)
+
+    async def rewrite(self, spec: SearchSpec) -> str | None:
+        """The standalone query to search instead of `spec.query`, or None."""
+        if spec.rewrite == "off":
+            return None
+        return await self.rewriter(spec)
+
+    async def retrieve(self, spec: SearchSpec) -> Pool:
+        """One embedding and one hybrid index query: the candidate pool."""
+        if spec.kinds is not None and "memory" not in spec.kinds:
+            return Pool([], 0)  # summaries arrive with hierarchical summarisation
         s = self.settings
-        upper = created_to
-        if as_of is not None:
-            upper = min(upper, as_of) if upper is not None else as_of
-        dense_task = asyncio.ensure_future(self._embed_query(query))
-        max_access = await self._max_access_count(tenant_id, user_id)
+        upper = spec.created_until()
+        dense_task = asyncio.ensure_future(self._embed_query(spec.query))
+        max_access = await self._max_access_count(spec.tenant_id, spec.user_id)
         dense = await dense_task
         hits = await self.vectors.search(
             VectorQuery(
-                tenant_id=tenant_id,
-                user_id=user_id,
+                tenant_id=spec.tenant_id,
+                user_id=spec.user_id,
                 dense=dense,
-                sparse=terms.query_vector(query),
-                limit=max(top_k, s.candidate_pool),
-                memory_types=memory_types,
-                kinds=kinds,
-                created_from=created_from.timestamp() if created_from else None,
+                sparse=terms.query_vector(spec.query),
+                limit=max(spec.top_k, s.candidate_pool),
+                memory_types=list(spec.memory_types) if spec.memory_types else None,
+                kinds=list(spec.kinds) if spec.kinds else None,
+                created_from=spec.created_from.timestamp() if spec.created_from else None,
                 created_to=upper.timestamp() if upper else None,
-                metadata=metadata or {},
+                metadata=dict(spec.metadata),
                 dense_weight=s.dense_weight,
                 sparse_weight=s.sparse_weight,
                 rrf_k=s.rrf_k,
             )
         )
-        now = as_of or datetime.now(UTC)
-        w = (weights or self.default_weights()).normalised()
-        scored = [(self._terms(hit, now, max_access), hit) for hit in hits]
-        ranked = sorted(scored, key=lambda item: scoring.combine(w, *item[0]), reverse=True)[:top_k]
-        # Only the answers become response objects; the rest of the pool is just numbers.
-        return [self._result(hit, terms_, w) for terms_, hit in ranked]
-
-    def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float, float]:
-        """(semantic, recency, importance) of one candidate."""
-        s = self.settings
-        p: dict[str, Any] = hit.payload
-        last = p.get("last_accessed_at") or p["created_at"]
-        semantic = scoring.semantic_from_rrf(hit.score, s.dense_weight, s.sparse_weight, s.rrf_k)
-        recency = scoring.recency(now, datetime.fromtimestamp(last, UTC), s.recency_lambda_per_day)
-        intrinsic = 1.0 if p.get("pinned") else float(p.get("importance", 0.5))
-        importance = scoring.importance(
-            intrinsic, int(p.get("access_count", 0)), max_access, s.importance_intrinsic_share
-        )
-        return semantic, recency, importance
-
-    @staticmethod
-    def _result(
-        hit: VectorHit, terms_: tuple[float, float, float], weights: scoring.Weights
-    ) -> RecallResult:
-        p: dict[str, Any] = hit.payload
-        semantic, recency, importance = terms_
-        return RecallResult(
-            id=hit.id,
-            kind=p.get("kind", "memory"),
-            memory_type=p["memory_type"],
-            content=p["content"],
-            score=round(scoring.combine(weights, semantic, recency, importance), 6),
-            scores=Scores(
-                semantic=round(semantic, 6),
-                recency=round(recency, 6),
-                importance=round(importance, 6),
-            ),
-            created_at=datetime.fromtimestamp(p["created_at"], UTC),
-            last_accessed_at=_dt(p.get("last_accessed_at")),
-            access_count=int(p.get("access_count", 0)),
-            sources=[Source.model_validate(x) for x in p.get("sources", [])],
-            metadata=p.get("metadata") or {},
-        )
+        return Pool(hits, max_access)
 
     async def _embed_query(self, query: str) -> list[float]:
         """Agents ask the same thing more than once (context for the same turn, retries):

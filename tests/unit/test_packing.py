@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core import packing
 from app.core.tokens import TokenCounter
+from app.schemas.context import SummaryOut
+from app.services.context import entry_line, layout, summary_line
 
 count = TokenCounter("o200k_base")
 texts = st.lists(
@@ -15,6 +21,15 @@ texts = st.lists(
     min_size=1,
     max_size=60,
 ).map("".join)
+
+
+def keys(packed: packing.Packed, section: str) -> list[int]:
+    return [item.key for item in packed.kept[section]]
+
+
+def base_tokens(sections: Sequence[packing.Section]) -> int:
+    text = packing.render(sections, [sorted(s.required_items()) for s in sections])
+    return count([text])[0] if text else 0
 
 
 @settings(max_examples=300, deadline=None)
@@ -29,70 +44,262 @@ def test_total_never_exceeds_the_budget(
     system: str, memories: list[str], recent: list[str], budget: int, data: st.DataObject
 ) -> None:
     required = data.draw(st.none() | st.integers(0, len(recent) - 1)) if recent else None
-    if required is not None:
-        base = count([packing.render(system, [], [packing.Item(0, recent[required])])])[0]
-    else:
-        base = count([packing.render(system, [], [])])[0] if system else 0
+    sections = layout(system_prompt=system, memories=memories, recent=recent, last_user=required)
+    base = base_tokens(sections)
     if base > budget:
-        with pytest.raises(packing.BudgetTooSmall):
-            packing.pack(
-                system_prompt=system,
-                memories=[],
-                recent=[packing.Item(i, t) for i, t in enumerate(recent)],
-                required_recent=required,
-                budget=budget,
-                count=count,
-            )
+        with pytest.raises(packing.BudgetTooSmall) as too_small:
+            packing.pack(sections, budget=budget, count=count)
+        assert too_small.value.needed == base
         return
-    packed = packing.pack(
-        system_prompt=system,
-        memories=[packing.Item(i, t) for i, t in enumerate(memories)],
-        recent=[packing.Item(i, t) for i, t in enumerate(recent)],
-        required_recent=required,
-        budget=budget,
-        count=count,
-    )
+    packed = packing.pack(sections, budget=budget, count=count)
     assert packed.tokens["total"] == count([packed.text])[0] <= budget
     if required is not None:
-        assert recent[required] in [r.text for r in packed.recent]
-    assert packed.dropped["memories"] == len(memories) - len(packed.memories)
+        assert required in keys(packed, "recent_messages")
+    assert packed.dropped["memories"] == len(memories) - len(packed.kept["memories"])
     # Memories keep their rank order; recent turns keep the conversation's order.
-    assert [m.key for m in packed.memories] == sorted(m.key for m in packed.memories)
-    assert [r.key for r in packed.recent] == sorted(r.key for r in packed.recent)
+    assert keys(packed, "memories") == sorted(keys(packed, "memories"))
+    assert keys(packed, "recent_messages") == sorted(keys(packed, "recent_messages"))
+
+
+@st.composite
+def section_lists(draw: st.DrawFn) -> list[packing.Section]:
+    sections = []
+    for n in range(draw(st.integers(0, 6))):
+        lines = draw(st.lists(texts, max_size=8))
+        whole = draw(st.booleans()) if len(lines) <= 1 else False
+        required = None
+        if lines and not whole:
+            required = draw(st.none() | st.integers(0, len(lines) - 1))
+        sections.append(
+            packing.Section(
+                f"s{n}",
+                [packing.Item(i, t) for i, t in enumerate(lines)],
+                priority=draw(st.integers(0, 3)),
+                head=draw(st.sampled_from(["", "## A", "## 标题"])),
+                bullet=draw(st.sampled_from(["", "- "])),
+                required=required,
+                whole=whole,
+                share=draw(st.none() | st.floats(0, 1)),
+                conversation=draw(st.booleans()),
+            )
+        )
+    return sections
+
+
+@settings(max_examples=300, deadline=None)
+@given(sections=section_lists(), budget=st.integers(1, 400))
+def test_any_list_of_sections_fits_the_budget(sections: list[packing.Section], budget: int) -> None:
+    base = base_tokens(sections)
+    if base > budget:
+        with pytest.raises(packing.BudgetTooSmall):
+            packing.pack(sections, budget=budget, count=count)
+        return
+    packed = packing.pack(sections, budget=budget, count=count)
+    assert packed.tokens["total"] == count([packed.text])[0] <= budget
+    assert list(packed.tokens) == [*(s.name for s in sections), "total"]
+    assert list(packed.dropped) == [s.name for s in sections if not s.whole]
+    kept = [keys(packed, s.name) for s in sections]
+    assert packed.text == packing.render(sections, kept)
+    for s, k in zip(sections, kept, strict=True):
+        assert k == sorted(set(k))  # in the order given, each once
+        assert s.required_items() <= set(k)
+        if not s.whole:
+            assert packed.dropped[s.name] == len(s.items) - len(k)
+        optional = [i for i in k if i not in s.required_items()]
+        if s.conversation and optional:  # one unbroken run up to the newest
+            assert set(range(optional[0], len(s.items))) - s.required_items() <= set(k)
 
 
 def test_recent_turns_are_a_contiguous_newest_run() -> None:
-    recent = [packing.Item(i, f"turn {i} " + "word " * 20) for i in range(10)]
-    packed = packing.pack(
-        system_prompt="sys", memories=[], recent=recent, required_recent=9, budget=120, count=count
-    )
-    keys = [r.key for r in packed.recent]
-    assert keys == list(range(keys[0], 10))
-    assert len(keys) < 10
+    recent = [f"turn {i} " + "word " * 20 for i in range(10)]
+    sections = layout(system_prompt="sys", recent=recent, last_user=9)
+    got = keys(packing.pack(sections, budget=120, count=count), "recent_messages")
+    assert got == list(range(got[0], 10))
+    assert len(got) < 10
 
 
 def test_too_small_for_the_required_parts() -> None:
+    sections = layout(
+        system_prompt="You are a careful assistant.",
+        recent=["user: a question that must stay"],
+        last_user=0,
+    )
     with pytest.raises(packing.BudgetTooSmall):
-        packing.pack(
-            system_prompt="You are a careful assistant.",
-            memories=[],
-            recent=[packing.Item(0, "user: a question that must stay")],
-            required_recent=0,
-            budget=5,
-            count=count,
-        )
+        packing.pack(sections, budget=5, count=count)
 
 
 def test_memories_and_recent_share_the_budget() -> None:
-    memories = [packing.Item(i, f"memory {i} " + "fact " * 10) for i in range(20)]
-    recent = [packing.Item(i, f"turn {i} " + "chat " * 10) for i in range(20)]
-    packed = packing.pack(
+    sections = layout(
         system_prompt="",
-        memories=memories,
-        recent=recent,
-        required_recent=19,
-        budget=300,
-        count=count,
+        memories=[f"memory {i} " + "fact " * 10 for i in range(20)],
+        recent=[f"turn {i} " + "chat " * 10 for i in range(20)],
+        last_user=19,
     )
-    assert packed.memories
-    assert len(packed.recent) > 1
+    packed = packing.pack(sections, budget=300, count=count)
+    assert packed.kept["memories"]
+    assert len(packed.kept["recent_messages"]) > 1
+
+
+def test_the_other_sections_render_as_headed_blocks() -> None:
+    sections = layout(
+        system_prompt="Be brief.",
+        working_memory=[entry_line("plan", "book the flight"), entry_line("step", 2)],
+        profile=[entry_line("city", "Porto"), entry_line("likes", ["piano", "数据"])],
+        summaries=[
+            summary_line(
+                SummaryOut(
+                    level="weekly",
+                    period_start=datetime(2024, 6, 3, tzinfo=UTC),
+                    content="Planned a trip.",
+                )
+            )
+        ],
+        memories=["[2024-06-05] Ana teaches piano."],
+        recent=["user: When do I fly?"],
+        last_user=0,
+    )
+    packed = packing.pack(sections, budget=1000, count=count)
+    assert packed.text == (
+        "## Instructions\nBe brief.\n\n"
+        "## Working memory\n- plan: book the flight\n- step: 2\n\n"
+        '## About the user\n- city: Porto\n- likes: ["piano", "数据"]\n\n'
+        "## Earlier, in summary\n- [weekly from 2024-06-03] Planned a trip.\n\n"
+        "## Relevant memories\n- [2024-06-05] Ana teaches piano.\n\n"
+        "## Recent conversation\nuser: When do I fly?"
+    )
+    assert packed.dropped == {
+        "working_memory": 0,
+        "profile": 0,
+        "summaries": 0,
+        "memories": 0,
+        "recent_messages": 0,
+    }
+    assert all(packed.tokens[name] > 0 for name in packed.dropped)
+
+
+# The same inputs gave these outputs with the packer before sections (three fixed parts:
+# system prompt, memories, recent turns), recorded from it before it was replaced.
+
+
+def lumpy(texts: Sequence[str]) -> list[int]:
+    """A counter for which joins cost more than their parts, so the exact recount trims."""
+    return [len(t) // 2 + 3 * t.count("\n") + 5 * t.count("##") for t in texts]
+
+
+BEFORE_SECTIONS: dict[str, tuple[dict[str, Any], list[int], list[int], dict[str, int]]] = {
+    "fits": (
+        {
+            "system_prompt": "You are kind.",
+            "memories": ["[2024-06-01] Ana lives in Porto.", "[2024-06-02] Ana teaches piano."],
+            "recent": [
+                "user: Hello again!",
+                "assistant: Hi! How can I help?",
+                "user: What does my sister teach?",
+            ],
+            "last_user": 2,
+            "budget": 4000,
+        },
+        [0, 1],
+        [0, 1, 2],
+        {"system_prompt": 7, "memories": 31, "recent_messages": 26, "total": 64},
+    ),
+    "shares": (
+        {
+            "system_prompt": "",
+            "memories": [f"memory {i} " + "fact " * 10 for i in range(20)],
+            "recent": [f"turn {i} " + "chat " * 10 for i in range(20)],
+            "last_user": 19,
+            "budget": 300,
+        },
+        list(range(8)),
+        list(range(10, 20)),
+        {"system_prompt": 0, "memories": 124, "recent_messages": 144, "total": 268},
+    ),
+    "required_first": (
+        {
+            "system_prompt": "Be brief.",
+            "memories": [f"[2024-01-0{i + 1}] 日志 {i} " + "数据 " * (3 * i) for i in range(5)],
+            "recent": ["user: Please summarise the logs."]
+            + [f"tool: output {i} " + "line " * (i % 7) for i in range(30)],
+            "last_user": 0,
+            "budget": 200,
+        },
+        [0, 1, 2, 3],
+        [0, *range(21, 31)],
+        {"system_prompt": 6, "memories": 78, "recent_messages": 100, "total": 184},
+    ),
+    "no_user": (
+        {
+            "system_prompt": "",
+            "memories": [],
+            "recent": [f"assistant: note {i} " + "word " * 8 for i in range(8)],
+            "last_user": None,
+            "budget": 60,
+        },
+        [],
+        [5, 6, 7],
+        {"system_prompt": 0, "memories": 0, "recent_messages": 46, "total": 46},
+    ),
+    "trimmed": (
+        {
+            "system_prompt": "Answer in one line.",
+            "memories": [f"memory {i}\nwith a second line" for i in range(6)],
+            "recent": [
+                f"user: q{i}\n(more)" if i % 2 == 0 else f"assistant: a{i}" for i in range(10)
+            ],
+            "last_user": 8,
+            "budget": 160,
+            "count": lumpy,
+        },
+        [],
+        [4, 5, 6, 7, 8, 9],
+        {"system_prompt": 25, "memories": 0, "recent_messages": 88, "total": 120},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BEFORE_SECTIONS))
+def test_the_same_as_before_sections(case: str) -> None:
+    given_, memories, recent, tokens = BEFORE_SECTIONS[case]
+    args = dict(given_)
+    budget, counter = args.pop("budget"), args.pop("count", count)
+    packed = packing.pack(layout(**args), budget=budget, count=counter)
+    assert keys(packed, "memories") == memories
+    assert keys(packed, "recent_messages") == recent
+    assert packed.tokens == {
+        "system_prompt": tokens["system_prompt"],
+        "working_memory": 0,
+        "profile": 0,
+        "summaries": 0,
+        "memories": tokens["memories"],
+        "recent_messages": tokens["recent_messages"],
+        "total": tokens["total"],
+    }
+    assert packed.dropped["memories"] == len(args["memories"]) - len(memories)
+    assert packed.dropped["recent_messages"] == len(args["recent"]) - len(recent)
+    system = args["system_prompt"]
+    old_render = "\n\n".join(
+        block
+        for block in (
+            f"## Instructions\n{system}" if system else "",
+            "## Relevant memories\n" + "\n".join(f"- {args['memories'][i]}" for i in memories)
+            if memories
+            else "",
+            "## Recent conversation\n" + "\n".join(args["recent"][i] for i in recent)
+            if recent
+            else "",
+        )
+        if block
+    )
+    assert packed.text == old_render
+
+
+def test_the_same_budget_error_as_before_sections() -> None:
+    sections = layout(
+        system_prompt="You are a careful assistant. " * 3,
+        recent=["user: a question that must stay"],
+        last_user=0,
+    )
+    with pytest.raises(packing.BudgetTooSmall) as too_small:
+        packing.pack(sections, budget=5, count=count)
+    assert too_small.value.needed == 33
