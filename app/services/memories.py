@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from app.core import terms
+from app.core.audit import AuditEvent, EventName
 from app.core.chunking import heuristic_importance
 from app.errors import InvalidInput, NotFound
 from app.providers.embeddings import Embedder
@@ -98,17 +99,23 @@ def _payload_of(row: Memory) -> dict[str, Any]:
     )
 
 
-def _event(row: Memory, event: str, old: Any, new: Any, reason: str | None) -> dict[str, Any]:
-    return {
-        "tenant_id": row.tenant_id,
-        "user_id": row.user_id,
-        "memory_id": row.id,
-        "event": event,
-        "old_value": old,
-        "new_value": new,
-        "reason": reason,
-        "created_at": datetime.now(UTC),
-    }
+def _event(
+    row: Memory,
+    event: EventName,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    reason: str,
+) -> AuditEvent:
+    return AuditEvent(
+        row.tenant_id,
+        row.user_id,
+        row.id,
+        event,
+        old=old,
+        new=new,
+        reason=reason,
+        at=datetime.now(UTC),
+    )
 
 
 class MemoryService:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from app.core import terms
+from app.core.audit import AuditEvent
 from app.core.chunking import Chunk, LogMessage, chunk_turns
 from app.errors import EmbeddingRejected
 from app.providers.embeddings import Embedder
@@ -292,7 +293,7 @@ class Promoter:
 
         rows: list[dict[str, Any]] = []
         points: list[VectorPoint] = []
-        events: list[dict[str, Any]] = []
+        events: list[AuditEvent] = []
         fresh_index = {id(chunk): row for row, (chunk, _) in zip(kept_rows, fresh, strict=True)}
         for chunk, vector in fresh:
             row_index = fresh_index[id(chunk)]
@@ -339,16 +340,16 @@ class Promoter:
                 )
             )
             events.append(
-                {
-                    "tenant_id": tenant_id,
-                    "user_id": user_id,
-                    "memory_id": chunk.id,
-                    "event": "created",
-                    "old_value": None,
-                    "new_value": {"content": chunk.content, "sources": sources},
-                    "reason": "promoted from the session log",
-                    "created_at": now,
-                }
+                AuditEvent(
+                    tenant_id,
+                    user_id,
+                    chunk.id,
+                    "created",
+                    old=None,
+                    new={"content": chunk.content, "sources": sources},
+                    reason="promoted from the session log",
+                    at=now,
+                )
             )
 
         # Merges into memories that already exist: what each gains (applied under a row
@@ -399,23 +400,23 @@ class Promoter:
                         (target.id, {"sources": sources, "created_at": epoch(created_at)})
                     )
                     events.append(
-                        {
-                            "tenant_id": tenant_id,
-                            "user_id": user_id,
-                            "memory_id": target.id,
-                            "event": "updated",
-                            "old_value": {
+                        AuditEvent(
+                            tenant_id,
+                            user_id,
+                            target.id,
+                            "updated",
+                            old={
                                 "sources": target.sources,
                                 "created_at": target.created_at.isoformat(),
                             },
-                            "new_value": {"sources": sources, "created_at": created_at.isoformat()},
-                            "reason": "near-duplicate merged: " + why,
-                            "created_at": now,
-                        }
+                            new={"sources": sources, "created_at": created_at.isoformat()},
+                            reason="near-duplicate merged: " + why,
+                            at=now,
+                        )
                     )
                 # A replayed batch re-inserts nothing, so it must not re-log "created" either.
                 await memory_store.add_events(
-                    tx, [e for e in events if e["event"] != "created" or e["memory_id"] in inserted]
+                    tx, [e for e in events if e.event != "created" or e.memory_id in inserted]
                 )
                 # Under the row locks, before the commit: if the index fails, nothing moves.
                 await self.vectors.set_payload(payload_updates)

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.audit import AuditEvent
 from app.stores.models import Memory, MemoryEvent, User
 from app.stores.sessions import _insert
 
@@ -77,10 +78,22 @@ async def add(tx: AsyncSession, row: Memory) -> None:
     await tx.flush()
 
 
-async def add_events(tx: AsyncSession, events: list[dict[str, Any]]) -> None:
-    if events:
-        for start in range(0, len(events), _CHUNK):
-            await tx.execute(sa.insert(MemoryEvent), events[start : start + _CHUNK])
+async def add_events(tx: AsyncSession, events: Sequence[AuditEvent]) -> None:
+    rows = [
+        {
+            "tenant_id": e.tenant_id,
+            "user_id": e.user_id,
+            "memory_id": e.memory_id,
+            "event": e.event,
+            "old_value": e.old,
+            "new_value": e.new,
+            "reason": e.reason,
+            "created_at": e.at,
+        }
+        for e in events
+    ]
+    for start in range(0, len(rows), _CHUNK):
+        await tx.execute(sa.insert(MemoryEvent), rows[start : start + _CHUNK])
 
 
 async def page(
@@ -212,7 +225,7 @@ async def detach_session(
     stmt = stmt.order_by(Memory.id).with_for_update()
     gone: list[uuid.UUID] = []
     kept: list[tuple[uuid.UUID, dict[str, Any]]] = []
-    events: list[dict[str, Any]] = []
+    events: list[AuditEvent] = []
     for row in (await tx.execute(stmt)).scalars():
         remaining = [s for s in row.sources if s.get("session_id") != session_id]
         if not row.sources and row.deleted_at is None:
@@ -224,16 +237,16 @@ async def detach_session(
             continue
         if remaining and row.deleted_at is None:
             events.append(
-                {
-                    "tenant_id": tenant_id,
-                    "user_id": user_id,
-                    "memory_id": row.id,
-                    "event": "updated",
-                    "old_value": {"sources": row.sources},
-                    "new_value": {"sources": remaining},
-                    "reason": f"session {session_id} deleted",
-                    "created_at": now,
-                }
+                AuditEvent(
+                    tenant_id,
+                    user_id,
+                    row.id,
+                    "updated",
+                    old={"sources": row.sources},
+                    new={"sources": remaining},
+                    reason=f"session {session_id} deleted",
+                    at=now,
+                )
             )
             row.sources = remaining
             if row.session_id == session_id:
