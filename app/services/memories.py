@@ -17,6 +17,7 @@ import orjson
 from app.core import terms
 from app.core.audit import AuditEvent, EventName
 from app.core.chunking import heuristic_importance
+from app.core.dedupe import content_hash
 from app.errors import InvalidInput, NotFound
 from app.providers.embeddings import Embedder
 from app.schemas.common import Source
@@ -28,12 +29,11 @@ from app.schemas.memories import (
     MemoryPage,
     MemoryPatch,
 )
-from app.services.promotion import content_hash, epoch, memory_payload
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
 from app.stores.models import Memory, MemoryEvent
-from app.stores.vectors import VectorIndex, VectorPoint
+from app.stores.vectors import MemoryPayload, VectorIndex, VectorPoint
 
 
 def memory_out(row: Memory) -> MemoryOut:
@@ -80,23 +80,6 @@ def decode_cursor(cursor: str) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidInput("cursor", "is not a cursor this API returned")
     return value
-
-
-def _payload_of(row: Memory) -> dict[str, Any]:
-    return memory_payload(
-        tenant_id=row.tenant_id,
-        user_id=row.user_id,
-        session_id=row.session_id,
-        memory_type=row.memory_type,
-        content=row.content,
-        importance=row.importance,
-        sources=row.sources,
-        metadata=row.metadata_,
-        created_at=row.created_at,
-        pinned=row.pinned,
-        access_count=row.access_count,
-        last_accessed_at=row.last_accessed_at,
-    )
 
 
 def _event(
@@ -160,7 +143,9 @@ class MemoryService:
             await memory_store.add_events(
                 tx, [_event(row, "created", None, {"content": row.content}, "created by API")]
             )
-            point = VectorPoint(row.id, dense, terms.document_vector(row.content), _payload_of(row))
+            point = VectorPoint(
+                row.id, dense, terms.document_vector(row.content), MemoryPayload.from_row(row)
+            )
             await self.vectors.upsert([point])
         return memory_out(row)
 
@@ -234,11 +219,11 @@ class MemoryService:
             )
             if dense is not None:
                 point = VectorPoint(
-                    row.id, dense, terms.document_vector(row.content), _payload_of(row)
+                    row.id, dense, terms.document_vector(row.content), MemoryPayload.from_row(row)
                 )
                 await self.vectors.upsert([point])
             else:
-                await self.vectors.set_payload([(row.id, _payload_of(row))])
+                await self.vectors.set_payload([(row.id, MemoryPayload.from_row(row).as_patch())])
         return memory_out(row)
 
     async def delete(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:
@@ -278,6 +263,3 @@ class MemoryService:
             items=[event_out(r) for r in rows],
             next_cursor=encode_cursor(rows[-1].id) if more else None,
         )
-
-
-__all__ = ["MemoryService", "epoch"]

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +23,7 @@ import numpy as np
 from app.core import terms
 from app.core.audit import AuditEvent
 from app.core.chunking import Chunk, LogMessage, chunk_turns
+from app.core.dedupe import content_hash
 from app.errors import EmbeddingRejected
 from app.providers.embeddings import Embedder
 from app.settings import Settings
@@ -32,72 +32,14 @@ from app.stores import messages as message_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
 from app.stores.sessions import Claim
-from app.stores.vectors import VectorIndex, VectorPoint
+from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorPoint
 
 log = logging.getLogger("strata.promotion")
-
-_NOT_WORD = re.compile(r"[\W_]+")
-
-
-def content_hash(text: str) -> str:
-    """Of the text with case, punctuation and spacing normalised away."""
-    return hashlib.sha256(_NOT_WORD.sub(" ", text.lower()).strip().encode()).hexdigest()
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     denom = float(np.linalg.norm(a) * np.linalg.norm(b))
     return float(a @ b) / denom if denom else 0.0
-
-
-def epoch(dt: datetime) -> float:
-    return dt.timestamp()
-
-
-def memory_payload(
-    *,
-    tenant_id: str,
-    user_id: str,
-    session_id: str | None,
-    memory_type: str,
-    content: str,
-    importance: float,
-    sources: list[dict[str, Any]],
-    metadata: dict[str, Any],
-    created_at: datetime,
-    pinned: bool = False,
-    access_count: int = 0,
-    last_accessed_at: datetime | None = None,
-) -> dict[str, Any]:
-    """The point payload: what recall filters on and returns without a database trip."""
-    return {
-        "tenant_id": tenant_id,
-        "user_id": user_id,
-        "session_id": session_id or "",
-        "kind": "memory",
-        "memory_type": memory_type,
-        "content": content,
-        "importance": importance,
-        "pinned": int(pinned),
-        "access_count": access_count,
-        "created_at": epoch(created_at),
-        "last_accessed_at": epoch(last_accessed_at) if last_accessed_at else None,
-        "sources": sources,
-        "metadata": metadata,
-        "meta_filter": filterable(metadata),
-    }
-
-
-def filterable(metadata: dict[str, Any]) -> dict[str, str | int]:
-    """The top-level scalar metadata as the index filters it. Booleans go under their own
-    `bool:` keys as 0/1 (Qdrant Edge 0.9 matches nothing on a boolean value), so that
-    `true` never matches the integer 1."""
-    out: dict[str, str | int] = {}
-    for key, value in metadata.items():
-        if isinstance(value, bool):
-            out[f"bool:{key}"] = int(value)
-        elif isinstance(value, str | int):
-            out[key] = value
-    return out
 
 
 @dataclass(slots=True)
@@ -326,7 +268,7 @@ class Promoter:
                     terms.document_vector(
                         chunk.content, chunk.sparse_context, self.settings.sparse_context_weight
                     ),
-                    memory_payload(
+                    MemoryPayload(
                         tenant_id=tenant_id,
                         user_id=user_id,
                         session_id=claim.session_id,
@@ -368,7 +310,7 @@ class Promoter:
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
-        payload_updates: list[tuple[Any, dict[str, Any]]] = []
+        payload_updates: list[tuple[uuid.UUID, PayloadPatch]] = []
         try:
             async with self.db.transaction() as tx:
                 if not await session_store.advance_watermark(
@@ -397,7 +339,7 @@ class Promoter:
                         tx, target.id, sources=sources, created_at=created_at, now=now
                     )
                     payload_updates.append(
-                        (target.id, {"sources": sources, "created_at": epoch(created_at)})
+                        (target.id, PayloadPatch(sources=sources, created_at=created_at))
                     )
                     events.append(
                         AuditEvent(

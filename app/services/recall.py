@@ -17,7 +17,6 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from app.core import scoring, terms
 from app.errors import NotFound
@@ -28,13 +27,9 @@ from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
-from app.stores.vectors import VectorHit, VectorIndex, VectorQuery
+from app.stores.vectors import PayloadPatch, VectorHit, VectorIndex, VectorQuery
 
 log = logging.getLogger("strata.recall")
-
-
-def _dt(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 class RecallService:
@@ -141,13 +136,13 @@ class RecallService:
     def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float, float]:
         """(semantic, recency, importance) of one candidate."""
         s = self.settings
-        p: dict[str, Any] = hit.payload
-        last = p.get("last_accessed_at") or p["created_at"]
+        p = hit.payload
+        last = p.last_accessed_at or p.created_at
         semantic = scoring.semantic_from_rrf(hit.score, s.dense_weight, s.sparse_weight, s.rrf_k)
-        recency = scoring.recency(now, datetime.fromtimestamp(last, UTC), s.recency_lambda_per_day)
-        intrinsic = 1.0 if p.get("pinned") else float(p.get("importance", 0.5))
+        recency = scoring.recency(now, last, s.recency_lambda_per_day)
+        intrinsic = 1.0 if p.pinned else p.importance
         importance = scoring.importance(
-            intrinsic, int(p.get("access_count", 0)), max_access, s.importance_intrinsic_share
+            intrinsic, p.access_count, max_access, s.importance_intrinsic_share
         )
         return semantic, recency, importance
 
@@ -155,24 +150,24 @@ class RecallService:
     def _result(
         hit: VectorHit, terms_: tuple[float, float, float], weights: scoring.Weights
     ) -> RecallResult:
-        p: dict[str, Any] = hit.payload
+        p = hit.payload
         semantic, recency, importance = terms_
         return RecallResult(
             id=hit.id,
-            kind=p.get("kind", "memory"),
-            memory_type=p["memory_type"],
-            content=p["content"],
+            kind=p.kind,
+            memory_type=p.memory_type,
+            content=p.content,
             score=round(scoring.combine(weights, semantic, recency, importance), 6),
             scores=Scores(
                 semantic=round(semantic, 6),
                 recency=round(recency, 6),
                 importance=round(importance, 6),
             ),
-            created_at=datetime.fromtimestamp(p["created_at"], UTC),
-            last_accessed_at=_dt(p.get("last_accessed_at")),
-            access_count=int(p.get("access_count", 0)),
-            sources=[Source.model_validate(x) for x in p.get("sources", [])],
-            metadata=p.get("metadata") or {},
+            created_at=p.created_at,
+            last_accessed_at=p.last_accessed_at,
+            access_count=p.access_count,
+            sources=[Source.model_validate(x) for x in p.sources],
+            metadata=p.metadata,
         )
 
     async def _embed_query(self, query: str) -> list[float]:
@@ -234,7 +229,7 @@ class RecallService:
                 try:
                     await self.vectors.set_payload(
                         [
-                            (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
+                            (mid, PayloadPatch(access_count=n, last_accessed_at=now))
                             for mid, n in new
                         ]
                     )

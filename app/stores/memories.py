@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.audit import AuditEvent
 from app.stores.models import Memory, MemoryEvent, User
 from app.stores.sessions import _insert
+from app.stores.vectors import PayloadPatch
 
 _CHUNK = 400
 
@@ -210,7 +211,7 @@ def _mentions_session(tx: AsyncSession, session_id: str) -> sa.ColumnElement[boo
 
 async def detach_session(
     tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, now: datetime
-) -> tuple[list[uuid.UUID], list[tuple[uuid.UUID, dict[str, Any]]]]:
+) -> tuple[list[uuid.UUID], list[tuple[uuid.UUID, PayloadPatch]]]:
     """Forget what was derived from a session: memories sourced only from it are erased
     (with their audit trail); those also sourced elsewhere lose this session's sources.
     Returns (erased ids, (id, payload) updates for the index)."""
@@ -224,7 +225,7 @@ async def detach_session(
     # another session of the same memory, a merge into it, or a reinforcement flush.
     stmt = stmt.order_by(Memory.id).with_for_update()
     gone: list[uuid.UUID] = []
-    kept: list[tuple[uuid.UUID, dict[str, Any]]] = []
+    kept: list[tuple[uuid.UUID, PayloadPatch]] = []
     events: list[AuditEvent] = []
     for row in (await tx.execute(stmt)).scalars():
         remaining = [s for s in row.sources if s.get("session_id") != session_id]
@@ -233,7 +234,7 @@ async def detach_session(
             # messages: it stays, no longer filed there.
             row.session_id = None
             row.updated_at = now
-            kept.append((row.id, {"session_id": ""}))
+            kept.append((row.id, PayloadPatch(session_id=None)))
             continue
         if remaining and row.deleted_at is None:
             events.append(
@@ -252,7 +253,7 @@ async def detach_session(
             if row.session_id == session_id:
                 row.session_id = remaining[0]["session_id"]
             row.updated_at = now
-            kept.append((row.id, {"sources": remaining, "session_id": row.session_id}))
+            kept.append((row.id, PayloadPatch(sources=remaining, session_id=row.session_id)))
             continue
         gone.append(row.id)
     if gone:
