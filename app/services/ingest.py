@@ -96,13 +96,12 @@ class IngestService:
             if created:
                 await session_store.ensure_user(tx, tenant_id, body.user_id, now)
                 return session_out(row), True
-            fields = body.model_fields_set
-            if "system_prompt" in fields:
-                row.system_prompt = body.system_prompt
-            if "metadata" in fields:
-                row.metadata_ = body.metadata
-            row.updated_at = now
-            await tx.flush()
+            changes: session_store.SessionChanges = {}
+            if "system_prompt" in body.model_fields_set:
+                changes["system_prompt"] = body.system_prompt
+            if "metadata" in body.model_fields_set:
+                changes["metadata_"] = body.metadata
+            row = await session_store.update(tx, tenant_id, session_id, changes, now)
             return session_out(row), False
 
     async def get_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionOut:
@@ -182,10 +181,8 @@ class IngestService:
                 )
             if rows:
                 await message_store.insert_many(tx, rows)
-                session.last_seq = seq
-                session.updated_at = now
-                await tx.flush()
-            last_seq = session.last_seq
+                await session_store.advance_last_seq(tx, tenant_id, session_id, seq, now)
+            last_seq = seq
 
         if rows:
             await self._after_commit(tenant_id, session_id, rows)

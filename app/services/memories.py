@@ -1,6 +1,6 @@
 """Long-term memories written by callers: create, read, update, delete, history.
 
-Order of writes: the row is flushed inside the transaction, the point is written, then the
+Order of writes: the row is written inside the transaction, the point is written, then the
 transaction commits. If the index is down the transaction rolls back and the caller gets a
 503 with nothing stored; a memory is never only in one of the two stores.
 """
@@ -101,6 +101,26 @@ def _event(
     )
 
 
+_ATTRIBUTE = {"metadata": "metadata_"}  # a patch's field name -> the row's attribute
+
+
+def _changes(new: dict[str, Any], now: datetime) -> memory_store.MemoryChanges:
+    """What a patch writes: the fields it changes, the content's hash, the time."""
+    changes: memory_store.MemoryChanges = {"updated_at": now}
+    if "content" in new:
+        changes["content"] = new["content"]
+        changes["content_hash"] = content_hash(new["content"])
+    if "memory_type" in new:
+        changes["memory_type"] = new["memory_type"]
+    if "importance" in new:
+        changes["importance"] = new["importance"]
+    if "pinned" in new:
+        changes["pinned"] = new["pinned"]
+    if "metadata" in new:
+        changes["metadata_"] = new["metadata"]
+    return changes
+
+
 class MemoryService:
     def __init__(self, db: Database, vectors: VectorIndex, embedder: Embedder) -> None:
         self.db = db
@@ -110,27 +130,27 @@ class MemoryService:
     async def create(self, tenant_id: str, body: MemoryCreate) -> MemoryOut:
         now = datetime.now(UTC)
         dense = (await self.embedder.embed([body.content]))[0]
-        row = Memory(
-            id=uuid.uuid4(),
-            tenant_id=tenant_id,
-            user_id=body.user_id,
-            session_id=body.session_id,
-            memory_type=body.memory_type,
-            content=body.content,
-            importance=body.importance
+        values: memory_store.MemoryValues = {
+            "id": uuid.uuid4(),
+            "tenant_id": tenant_id,
+            "user_id": body.user_id,
+            "session_id": body.session_id,
+            "memory_type": body.memory_type,
+            "content": body.content,
+            "importance": body.importance
             if body.importance is not None
             else heuristic_importance(body.content),
-            access_count=0,
-            last_accessed_at=None,
-            strength=1.0,
-            pinned=body.pinned,
-            valid_from=now,
-            sources=[],
-            metadata_=body.metadata,
-            content_hash=content_hash(body.content),
-            created_at=now,
-            updated_at=now,
-        )
+            "access_count": 0,
+            "last_accessed_at": None,
+            "strength": 1.0,
+            "pinned": body.pinned,
+            "valid_from": now,
+            "sources": [],
+            "metadata_": body.metadata,
+            "content_hash": content_hash(body.content),
+            "created_at": now,
+            "updated_at": now,
+        }
         async with self.db.transaction() as tx:
             if body.session_id is not None:
                 session = await session_store.get(tx, tenant_id, body.session_id)
@@ -139,7 +159,7 @@ class MemoryService:
                         f"no session {body.session_id!r} for this user", code="session_not_found"
                     )
             await session_store.ensure_user(tx, tenant_id, body.user_id, now)
-            await memory_store.add(tx, row)
+            row = await memory_store.insert(tx, values)
             await memory_store.add_events(
                 tx, [_event(row, "created", None, {"content": row.content}, "created by API")]
             )
@@ -203,17 +223,12 @@ class MemoryService:
             old: dict[str, Any] = {}
             new: dict[str, Any] = {}
             for name in sorted(fields):
-                attr = "metadata_" if name == "metadata" else name
-                before, after = getattr(row, attr), getattr(body, name)
+                before, after = getattr(row, _ATTRIBUTE.get(name, name)), getattr(body, name)
                 if before != after:
                     old[name], new[name] = before, after
-                    setattr(row, attr, after)
             if not new:
                 return memory_out(row)
-            if "content" in new:
-                row.content_hash = content_hash(row.content)
-            row.updated_at = now
-            await tx.flush()
+            row = await memory_store.update_fields(tx, row.id, _changes(new, now))
             await memory_store.add_events(
                 tx, [_event(row, "updated", old, new, body.reason or "updated by API")]
             )
@@ -233,10 +248,7 @@ class MemoryService:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
             if row is None:
                 raise NotFound(f"no memory {memory_id} for this user", code="memory_not_found")
-            row.deleted_at = now
-            row.valid_to = now
-            row.updated_at = now
-            await tx.flush()
+            await memory_store.soft_delete(tx, row.id, now)
             await memory_store.add_events(
                 tx, [_event(row, "deleted", {"content": row.content}, None, "deleted by API")]
             )

@@ -294,7 +294,7 @@ class Promoter:
         return VectorPoint(chunk.id, memory.vector, sparse, payload)
 
     @staticmethod
-    def _row(claim: Claim, memory: NewMemory, now: datetime) -> dict[str, Any]:
+    def _row(claim: Claim, memory: NewMemory, now: datetime) -> memory_store.MemoryValues:
         chunk = memory.chunk
         return {
             "id": chunk.id,

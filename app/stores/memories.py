@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
@@ -63,20 +63,77 @@ async def by_hashes(
     return found
 
 
-async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
+class MemoryValues(TypedDict):
+    """A new memory row."""
+
+    id: uuid.UUID
+    tenant_id: str
+    user_id: str
+    session_id: str | None
+    memory_type: str
+    content: str
+    importance: float
+    access_count: int
+    last_accessed_at: datetime | None
+    strength: float
+    pinned: bool
+    valid_from: datetime
+    sources: list[dict[str, Any]]
+    metadata_: dict[str, Any]
+    content_hash: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class MemoryChanges(TypedDict, total=False):
+    """Fields a caller may change on a memory (`update_fields`)."""
+
+    session_id: str | None
+    memory_type: str
+    content: str
+    content_hash: str
+    importance: float
+    pinned: bool
+    metadata_: dict[str, Any]
+    updated_at: datetime
+
+
+async def insert(tx: AsyncSession, values: MemoryValues) -> Memory:
+    """Insert one memory; returns its row."""
+    stmt = sa.insert(Memory).values(**values).returning(Memory)
+    return (await tx.execute(stmt)).scalar_one()
+
+
+async def insert_many(tx: AsyncSession, rows: Sequence[MemoryValues]) -> set[uuid.UUID]:
     """Insert memories, skipping ids already present: a re-run writes nothing twice.
     Returns the ids actually inserted."""
     inserted: set[uuid.UUID] = set()
     for start in range(0, len(rows), _CHUNK):
-        stmt = _insert(tx, Memory).values(rows[start : start + _CHUNK])
+        stmt = _insert(tx, Memory).values(list(rows[start : start + _CHUNK]))
         stmt = stmt.on_conflict_do_nothing(index_elements=["id"]).returning(Memory.id)
         inserted.update((await tx.execute(stmt)).scalars())
     return inserted
 
 
-async def add(tx: AsyncSession, row: Memory) -> None:
-    tx.add(row)
-    await tx.flush()
+async def update_fields(tx: AsyncSession, memory_id: uuid.UUID, changes: MemoryChanges) -> Memory:
+    """Set these fields; returns the row as it now is."""
+    stmt = (
+        sa.update(Memory)
+        .where(Memory.id == memory_id)
+        .values(**changes)
+        .returning(Memory)
+        .execution_options(populate_existing=True)
+    )
+    return (await tx.execute(stmt)).scalar_one()
+
+
+async def soft_delete(tx: AsyncSession, memory_id: uuid.UUID, now: datetime) -> None:
+    """The row stays, for its audit trail, but is no longer valid."""
+    await tx.execute(
+        sa.update(Memory)
+        .where(Memory.id == memory_id)
+        .values(deleted_at=now, valid_to=now, updated_at=now)
+    )
 
 
 async def add_events(tx: AsyncSession, events: Sequence[AuditEvent]) -> None:
