@@ -18,7 +18,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from app.core import scoring, terms
+from app.core import reinforcement, scoring, terms
 from app.errors import NotFound
 from app.providers.embeddings import Embedder
 from app.schemas.common import Source
@@ -219,7 +219,12 @@ class RecallService:
                 (tenant_id, user_id), counts = next(iter(pending.items()))
                 try:
                     async with self.db.transaction() as tx:
-                        new = await memory_store.reinforce(tx, tenant_id, user_id, counts, now)
+                        used = await memory_store.lock_use(tx, tenant_id, user_id, list(counts))
+                        new = {
+                            mid: reinforcement.after_recalls(use, counts[mid], now)
+                            for mid, use in used.items()
+                        }
+                        await memory_store.save_use(tx, tenant_id, user_id, new)
                 except Exception:
                     log.warning("reinforcement of %d memories failed", len(counts), exc_info=True)
                     ok = False
@@ -229,8 +234,8 @@ class RecallService:
                 try:
                     await self.vectors.set_payload(
                         [
-                            (mid, PayloadPatch(access_count=n, last_accessed_at=now))
-                            for mid, n in new
+                            (mid, PayloadPatch(access_count=use.access_count, last_accessed_at=now))
+                            for mid, use in new.items()
                         ]
                     )
                 except Exception:  # the rows hold the counts; the index's copy lags a recall
