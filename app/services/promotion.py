@@ -15,10 +15,9 @@ import contextlib
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import terms
 from app.core.audit import AuditEvent
@@ -41,6 +40,9 @@ from app.stores import sessions as session_store
 from app.stores.db import Database
 from app.stores.sessions import Claim
 from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorPoint
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 log = logging.getLogger("strata.promotion")
 
@@ -329,7 +331,7 @@ class Promoter:
             at=now,
         )
 
-    async def _forget_points_of_gone_session(self, claim: Claim, ids: list[Any]) -> None:
+    async def _forget_points_of_gone_session(self, claim: Claim, ids: list[uuid.UUID]) -> None:
         """A session deleted while its batch was promoted: the points just written must go
         too, or recall would keep returning what the caller erased. (When another worker
         took the lease instead, it writes these same ids, so they stay.)"""
