@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from app.core.erasure import DetachPlan, plan_detach
 from app.errors import BufferUnavailable, SessionNotFound, SessionUserConflict
 from app.schemas.ingest import (
     IngestRequest,
@@ -30,7 +32,7 @@ from app.stores import sessions as session_store
 from app.stores.buffer import Buffer
 from app.stores.db import Database
 from app.stores.models import Message, Session
-from app.stores.vectors import VectorIndex
+from app.stores.vectors import PayloadPatch, VectorIndex
 
 log = logging.getLogger("strata.ingest")
 
@@ -61,6 +63,12 @@ def message_out(row: Message) -> MessageOut:
 
 def buffer_entry(row: Message) -> dict[str, Any]:
     return message_out(row).model_dump(mode="json")
+
+
+def _index_changes(plan: DetachPlan) -> list[tuple[uuid.UUID, PayloadPatch]]:
+    unfiled = [(mid, PayloadPatch(session_id=None)) for mid in plan.unfile]
+    shrunk = [(m.id, PayloadPatch(sources=m.sources, session_id=m.session_id)) for m in plan.shrink]
+    return unfiled + shrunk
 
 
 class IngestService:
@@ -94,13 +102,12 @@ class IngestService:
             if created:
                 await session_store.ensure_user(tx, tenant_id, body.user_id, now)
                 return session_out(row), True
-            fields = body.model_fields_set
-            if "system_prompt" in fields:
-                row.system_prompt = body.system_prompt
-            if "metadata" in fields:
-                row.metadata_ = body.metadata
-            row.updated_at = now
-            await tx.flush()
+            changes: session_store.SessionChanges = {}
+            if "system_prompt" in body.model_fields_set:
+                changes["system_prompt"] = body.system_prompt
+            if "metadata" in body.model_fields_set:
+                changes["metadata_"] = body.metadata
+            row = await session_store.update(tx, tenant_id, session_id, changes, now)
             return session_out(row), False
 
     async def get_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionOut:
@@ -122,18 +129,37 @@ class IngestService:
         async with self.db.transaction() as tx:
             # The lock makes a worker promoting this session wait, then find it gone.
             await self._owned(tx, tenant_id, session_id, user_id, lock=True)
-            gone, kept = await memory_store.detach_session(tx, tenant_id, user_id, session_id, now)
+            plan = await self._detach_memories(tx, tenant_id, user_id, session_id, now)
             count = await message_store.delete_session(tx, tenant_id, session_id)
             await session_store.delete(tx, tenant_id, session_id)
             # The index follows the canonical rows inside the transaction: if Qdrant is down,
             # nothing is deleted and the caller may retry.
-            await self.vectors.set_payload(kept)
-            await self.vectors.delete(gone)
+            await self.vectors.set_payload(_index_changes(plan))
+            await self.vectors.delete(plan.erase)
         try:
             await self.buffer.drop(tenant_id, session_id)
         except BufferUnavailable:  # the window expires by TTL anyway
             log.warning("could not drop the buffer of session %s", session_id, exc_info=True)
-        return SessionDeleted(session_id=session_id, messages=count, memories=len(gone))
+        return SessionDeleted(session_id=session_id, messages=count, memories=len(plan.erase))
+
+    @staticmethod
+    async def _detach_memories(
+        tx: Any, tenant_id: str, user_id: str, session_id: str, now: datetime
+    ) -> DetachPlan:
+        """Forget what was derived from the session (`app.core.erasure`), in the rows."""
+        derived = await memory_store.lock_of_session(tx, tenant_id, user_id, session_id)
+        plan = plan_detach(derived, session_id, now)
+        await memory_store.erase(tx, plan.erase)
+        await memory_store.unfile(tx, plan.unfile, now)
+        for memory in plan.shrink:
+            changes: memory_store.MemoryChanges = {
+                "sources": memory.sources,
+                "session_id": memory.session_id,
+                "updated_at": now,
+            }
+            await memory_store.update_fields(tx, memory.id, changes)
+        await memory_store.add_events(tx, plan.events)
+        return plan
 
     async def add_messages(
         self, tenant_id: str, session_id: str, body: IngestRequest
@@ -180,10 +206,8 @@ class IngestService:
                 )
             if rows:
                 await message_store.insert_many(tx, rows)
-                session.last_seq = seq
-                session.updated_at = now
-                await tx.flush()
-            last_seq = session.last_seq
+                await session_store.advance_last_seq(tx, tenant_id, session_id, seq, now)
+            last_seq = seq
 
         if rows:
             await self._after_commit(tenant_id, session_id, rows)

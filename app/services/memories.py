@@ -1,6 +1,6 @@
 """Long-term memories written by callers: create, read, update, delete, history.
 
-Order of writes: the row is flushed inside the transaction, the point is written, then the
+Order of writes: the row is written inside the transaction, the point is written, then the
 transaction commits. If the index is down the transaction rolls back and the caller gets a
 503 with nothing stored; a memory is never only in one of the two stores.
 """
@@ -15,7 +15,9 @@ from typing import Any
 import orjson
 
 from app.core import terms
+from app.core.audit import AuditEvent, EventName
 from app.core.chunking import heuristic_importance
+from app.core.dedupe import content_hash
 from app.errors import InvalidCursor, InvalidInput, MemoryNotFound, SessionNotFound
 from app.providers.embeddings import Embedder
 from app.schemas.common import Source
@@ -27,12 +29,11 @@ from app.schemas.memories import (
     MemoryPage,
     MemoryPatch,
 )
-from app.services.promotion import content_hash, epoch, memory_payload
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
 from app.stores.models import Memory, MemoryEvent
-from app.stores.vectors import VectorIndex, VectorPoint
+from app.stores.vectors import MemoryPayload, VectorIndex, VectorPoint
 
 
 def memory_out(row: Memory) -> MemoryOut:
@@ -81,34 +82,43 @@ def decode_cursor(cursor: str) -> list[Any]:
     return value
 
 
-def _payload_of(row: Memory) -> dict[str, Any]:
-    return memory_payload(
-        tenant_id=row.tenant_id,
-        user_id=row.user_id,
-        session_id=row.session_id,
-        memory_type=row.memory_type,
-        content=row.content,
-        importance=row.importance,
-        sources=row.sources,
-        metadata=row.metadata_,
-        created_at=row.created_at,
-        pinned=row.pinned,
-        access_count=row.access_count,
-        last_accessed_at=row.last_accessed_at,
+def _event(
+    row: Memory,
+    event: EventName,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    reason: str,
+) -> AuditEvent:
+    return AuditEvent(
+        row.tenant_id,
+        row.user_id,
+        row.id,
+        event,
+        old=old,
+        new=new,
+        reason=reason,
+        at=datetime.now(UTC),
     )
 
 
-def _event(row: Memory, event: str, old: Any, new: Any, reason: str | None) -> dict[str, Any]:
-    return {
-        "tenant_id": row.tenant_id,
-        "user_id": row.user_id,
-        "memory_id": row.id,
-        "event": event,
-        "old_value": old,
-        "new_value": new,
-        "reason": reason,
-        "created_at": datetime.now(UTC),
-    }
+_ATTRIBUTE = {"metadata": "metadata_"}  # a patch's field name -> the row's attribute
+
+
+def _changes(new: dict[str, Any], now: datetime) -> memory_store.MemoryChanges:
+    """What a patch writes: the fields it changes, the content's hash, the time."""
+    changes: memory_store.MemoryChanges = {"updated_at": now}
+    if "content" in new:
+        changes["content"] = new["content"]
+        changes["content_hash"] = content_hash(new["content"])
+    if "memory_type" in new:
+        changes["memory_type"] = new["memory_type"]
+    if "importance" in new:
+        changes["importance"] = new["importance"]
+    if "pinned" in new:
+        changes["pinned"] = new["pinned"]
+    if "metadata" in new:
+        changes["metadata_"] = new["metadata"]
+    return changes
 
 
 class MemoryService:
@@ -120,38 +130,40 @@ class MemoryService:
     async def create(self, tenant_id: str, body: MemoryCreate) -> MemoryOut:
         now = datetime.now(UTC)
         dense = (await self.embedder.embed([body.content]))[0]
-        row = Memory(
-            id=uuid.uuid4(),
-            tenant_id=tenant_id,
-            user_id=body.user_id,
-            session_id=body.session_id,
-            memory_type=body.memory_type,
-            content=body.content,
-            importance=body.importance
+        values: memory_store.MemoryValues = {
+            "id": uuid.uuid4(),
+            "tenant_id": tenant_id,
+            "user_id": body.user_id,
+            "session_id": body.session_id,
+            "memory_type": body.memory_type,
+            "content": body.content,
+            "importance": body.importance
             if body.importance is not None
             else heuristic_importance(body.content),
-            access_count=0,
-            last_accessed_at=None,
-            strength=1.0,
-            pinned=body.pinned,
-            valid_from=now,
-            sources=[],
-            metadata_=body.metadata,
-            content_hash=content_hash(body.content),
-            created_at=now,
-            updated_at=now,
-        )
+            "access_count": 0,
+            "last_accessed_at": None,
+            "strength": 1.0,
+            "pinned": body.pinned,
+            "valid_from": now,
+            "sources": [],
+            "metadata_": body.metadata,
+            "content_hash": content_hash(body.content),
+            "created_at": now,
+            "updated_at": now,
+        }
         async with self.db.transaction() as tx:
             if body.session_id is not None:
                 session = await session_store.get(tx, tenant_id, body.session_id)
                 if session is None or session.user_id != body.user_id:
                     raise SessionNotFound(body.session_id)
             await session_store.ensure_user(tx, tenant_id, body.user_id, now)
-            await memory_store.add(tx, row)
+            row = await memory_store.insert(tx, values)
             await memory_store.add_events(
                 tx, [_event(row, "created", None, {"content": row.content}, "created by API")]
             )
-            point = VectorPoint(row.id, dense, terms.document_vector(row.content), _payload_of(row))
+            point = VectorPoint(
+                row.id, dense, terms.document_vector(row.content), MemoryPayload.from_row(row)
+            )
             await self.vectors.upsert([point])
         return memory_out(row)
 
@@ -209,27 +221,22 @@ class MemoryService:
             old: dict[str, Any] = {}
             new: dict[str, Any] = {}
             for name in sorted(fields):
-                attr = "metadata_" if name == "metadata" else name
-                before, after = getattr(row, attr), getattr(body, name)
+                before, after = getattr(row, _ATTRIBUTE.get(name, name)), getattr(body, name)
                 if before != after:
                     old[name], new[name] = before, after
-                    setattr(row, attr, after)
             if not new:
                 return memory_out(row)
-            if "content" in new:
-                row.content_hash = content_hash(row.content)
-            row.updated_at = now
-            await tx.flush()
+            row = await memory_store.update_fields(tx, row.id, _changes(new, now))
             await memory_store.add_events(
                 tx, [_event(row, "updated", old, new, body.reason or "updated by API")]
             )
             if dense is not None:
                 point = VectorPoint(
-                    row.id, dense, terms.document_vector(row.content), _payload_of(row)
+                    row.id, dense, terms.document_vector(row.content), MemoryPayload.from_row(row)
                 )
                 await self.vectors.upsert([point])
             else:
-                await self.vectors.set_payload([(row.id, _payload_of(row))])
+                await self.vectors.set_payload([(row.id, MemoryPayload.from_row(row).as_patch())])
         return memory_out(row)
 
     async def delete(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:
@@ -239,10 +246,7 @@ class MemoryService:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
             if row is None:
                 raise MemoryNotFound(memory_id)
-            row.deleted_at = now
-            row.valid_to = now
-            row.updated_at = now
-            await tx.flush()
+            await memory_store.soft_delete(tx, row.id, now)
             await memory_store.add_events(
                 tx, [_event(row, "deleted", {"content": row.content}, None, "deleted by API")]
             )
@@ -269,6 +273,3 @@ class MemoryService:
             items=[event_out(r) for r in rows],
             next_cursor=encode_cursor(rows[-1].id) if more else None,
         )
-
-
-__all__ = ["MemoryService", "epoch"]

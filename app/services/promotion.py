@@ -12,18 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import re
-from dataclasses import dataclass
+import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from app.core import terms
+from app.core.audit import AuditEvent
 from app.core.backoff import backoff_seconds
 from app.core.chunking import Chunk, LogMessage, chunk_turns
+from app.core.dedupe import (
+    ExistingMemory,
+    Gain,
+    NewMemory,
+    Plan,
+    apply_gain,
+    content_hash,
+    plan_batch,
+)
 from app.errors import EmbeddingRejected
 from app.providers.embeddings import Embedder
 from app.settings import Settings
@@ -32,78 +40,12 @@ from app.stores import messages as message_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
 from app.stores.sessions import Claim
-from app.stores.vectors import VectorIndex, VectorPoint
+from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorPoint
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 log = logging.getLogger("strata.promotion")
-
-_NOT_WORD = re.compile(r"[\W_]+")
-
-
-def content_hash(text: str) -> str:
-    """Of the text with case, punctuation and spacing normalised away."""
-    return hashlib.sha256(_NOT_WORD.sub(" ", text.lower()).strip().encode()).hexdigest()
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
-    return float(a @ b) / denom if denom else 0.0
-
-
-def epoch(dt: datetime) -> float:
-    return dt.timestamp()
-
-
-def memory_payload(
-    *,
-    tenant_id: str,
-    user_id: str,
-    session_id: str | None,
-    memory_type: str,
-    content: str,
-    importance: float,
-    sources: list[dict[str, Any]],
-    metadata: dict[str, Any],
-    created_at: datetime,
-    pinned: bool = False,
-    access_count: int = 0,
-    last_accessed_at: datetime | None = None,
-) -> dict[str, Any]:
-    """The point payload: what recall filters on and returns without a database trip."""
-    return {
-        "tenant_id": tenant_id,
-        "user_id": user_id,
-        "session_id": session_id or "",
-        "kind": "memory",
-        "memory_type": memory_type,
-        "content": content,
-        "importance": importance,
-        "pinned": int(pinned),
-        "access_count": access_count,
-        "created_at": epoch(created_at),
-        "last_accessed_at": epoch(last_accessed_at) if last_accessed_at else None,
-        "sources": sources,
-        "metadata": metadata,
-        "meta_filter": filterable(metadata),
-    }
-
-
-def filterable(metadata: dict[str, Any]) -> dict[str, str | int]:
-    """The top-level scalar metadata as the index filters it. Booleans go under their own
-    `bool:` keys as 0/1 (Qdrant Edge 0.9 matches nothing on a boolean value), so that
-    `true` never matches the integer 1."""
-    out: dict[str, str | int] = {}
-    for key, value in metadata.items():
-        if isinstance(value, bool):
-            out[f"bool:{key}"] = int(value)
-        elif isinstance(value, str | int):
-            out[key] = value
-    return out
-
-
-@dataclass(slots=True)
-class _Merge:
-    target: Any  # a Memory row, or the index of an earlier chunk of this batch
-    chunk: Chunk
 
 
 class Promoter:
@@ -246,195 +188,23 @@ class Promoter:
         return kept, out
 
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
-        tenant_id, user_id = claim.tenant_id, claim.user_id
-        chunks, dense = await self._embed(chunks)
-        now = datetime.now(UTC)
+        """Embed, read what exists, plan (pure), then write: the points, then one transaction.
 
-        # Near-duplicates: the same normalised text in a context that embeds alike (cosine
-        # of the indexed text >= threshold), within the batch or among the user's memories.
-        # Looking candidates up by text hash keeps this O(batch), not O(batch x memories).
-        merges: list[_Merge] = []
-        fresh: list[tuple[Chunk, list[float]]] = []
-        kept_rows: list[int] = []
-        if chunks:
-            matrix = np.asarray(dense, dtype=np.float32)
-            hashes = [content_hash(c.content) for c in chunks]
-            async with self.db.read() as tx:
-                # A replayed batch: what already exists is neither rewritten nor re-merged.
-                done = {m.id for m in await memory_store.get_many(tx, [c.id for c in chunks])}
-                same_text = await memory_store.by_hashes(
-                    tx, tenant_id, user_id, sorted(set(hashes))
-                )
-            stored = await self.vectors.dense_vectors([m.id for m in same_text.values()])
-            threshold = self.settings.dedupe_threshold
-            seen: dict[str, list[int]] = {}
-            for i, chunk in enumerate(chunks):
-                if chunk.id in done:
-                    continue
-                twin = next(
-                    (
-                        j
-                        for j in seen.get(hashes[i], [])
-                        if _cosine(matrix[j], matrix[i]) >= threshold
-                    ),
-                    None,
-                )
-                if twin is not None:
-                    merges.append(_Merge(twin, chunk))
-                    continue
-                prior = same_text.get(hashes[i])
-                if (
-                    prior is not None
-                    and prior.id in stored
-                    and _cosine(np.asarray(stored[prior.id], dtype=np.float32), matrix[i])
-                    >= threshold
-                ):
-                    merges.append(_Merge(prior, chunk))
-                    continue
-                seen.setdefault(hashes[i], []).append(i)
-                kept_rows.append(i)
-                fresh.append((chunk, dense[i]))
-
-        # Fold batch-internal merges into the fresh chunk they duplicate.
-        extra_sources: dict[int, list[dict[str, Any]]] = {}
-        newest: dict[int, datetime] = {}
-        for merge in merges:
-            if isinstance(merge.target, int):
-                extra_sources.setdefault(merge.target, []).extend(merge.chunk.sources)
-                newest[merge.target] = max(
-                    newest.get(merge.target, merge.chunk.created_at), merge.chunk.created_at
-                )
-
-        rows: list[dict[str, Any]] = []
-        points: list[VectorPoint] = []
-        events: list[dict[str, Any]] = []
-        fresh_index = {id(chunk): row for row, (chunk, _) in zip(kept_rows, fresh, strict=True)}
-        for chunk, vector in fresh:
-            row_index = fresh_index[id(chunk)]
-            sources = chunk.sources + extra_sources.get(row_index, [])
-            created_at = max(chunk.created_at, newest.get(row_index, chunk.created_at))
-            row = {
-                "id": chunk.id,
-                "tenant_id": tenant_id,
-                "user_id": user_id,
-                "session_id": claim.session_id,
-                "memory_type": "episodic",
-                "content": chunk.content,
-                "importance": chunk.importance,
-                "access_count": 0,
-                "last_accessed_at": None,
-                "strength": 1.0,
-                "pinned": False,
-                "valid_from": created_at,
-                "sources": sources,
-                "metadata_": {},
-                "content_hash": content_hash(chunk.content),
-                "created_at": created_at,
-                "updated_at": now,
-            }
-            rows.append(row)
-            points.append(
-                VectorPoint(
-                    chunk.id,
-                    vector,
-                    terms.document_vector(
-                        chunk.content, chunk.sparse_context, self.settings.sparse_context_weight
-                    ),
-                    memory_payload(
-                        tenant_id=tenant_id,
-                        user_id=user_id,
-                        session_id=claim.session_id,
-                        memory_type="episodic",
-                        content=chunk.content,
-                        importance=chunk.importance,
-                        sources=sources,
-                        metadata={},
-                        created_at=created_at,
-                    ),
-                )
-            )
-            events.append(
-                {
-                    "tenant_id": tenant_id,
-                    "user_id": user_id,
-                    "memory_id": chunk.id,
-                    "event": "created",
-                    "old_value": None,
-                    "new_value": {"content": chunk.content, "sources": sources},
-                    "reason": "promoted from the session log",
-                    "created_at": now,
-                }
-            )
-
-        # Merges into memories that already exist: what each gains (applied under a row
-        # lock in the transaction below, to the row as it is then, not as read earlier).
-        gains: dict[Any, tuple[list[dict[str, Any]], datetime, str]] = {}
-        for merge in merges:
-            if isinstance(merge.target, int):
-                continue
-            sources, newest_at, why = gains.get(merge.target.id, ([], merge.chunk.created_at, ""))
-            gains[merge.target.id] = (
-                sources + merge.chunk.sources,
-                max(newest_at, merge.chunk.created_at),
-                why or merge.chunk.content[:200],
-            )
-
+        False when the batch was rolled back because the lease was lost or a merge target
+        vanished; the next pass redoes it.
+        """
+        chunks, vectors = await self._embed(chunks)
+        done, same_text = await self._existing(claim, chunks)
+        plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
+        points = [self._point(claim, memory) for memory in plan.fresh]
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
-        payload_updates: list[tuple[Any, dict[str, Any]]] = []
         try:
             async with self.db.transaction() as tx:
-                if not await session_store.advance_watermark(
-                    tx,
-                    tenant_id=tenant_id,
-                    session_id=claim.session_id,
-                    owner=self.owner,
-                    from_seq=from_seq,
-                    to_seq=to_seq,
-                    lease_until=self._lease_until(),
-                ):
-                    raise _LeaseLost
-                inserted = await memory_store.insert_many(tx, rows)
-                live = await memory_store.lock_live(tx, list(gains))
-                if len(live) != len(gains):
-                    raise _Stale  # a merge target was deleted meanwhile: redo the batch
-                for target in live:
-                    added, newest_at, why = gains[target.id]
-                    have = {(x["session_id"], x["seq"]) for x in target.sources}
-                    fresh_sources = [x for x in added if (x["session_id"], x["seq"]) not in have]
-                    if not fresh_sources:
-                        continue
-                    sources = [*target.sources, *fresh_sources]
-                    created_at = max(target.created_at, newest_at)
-                    await memory_store.save_merge(
-                        tx, target.id, sources=sources, created_at=created_at, now=now
-                    )
-                    payload_updates.append(
-                        (target.id, {"sources": sources, "created_at": epoch(created_at)})
-                    )
-                    events.append(
-                        {
-                            "tenant_id": tenant_id,
-                            "user_id": user_id,
-                            "memory_id": target.id,
-                            "event": "updated",
-                            "old_value": {
-                                "sources": target.sources,
-                                "created_at": target.created_at.isoformat(),
-                            },
-                            "new_value": {"sources": sources, "created_at": created_at.isoformat()},
-                            "reason": "near-duplicate merged: " + why,
-                            "created_at": now,
-                        }
-                    )
-                # A replayed batch re-inserts nothing, so it must not re-log "created" either.
-                await memory_store.add_events(
-                    tx, [e for e in events if e["event"] != "created" or e["memory_id"] in inserted]
-                )
-                # Under the row locks, before the commit: if the index fails, nothing moves.
-                await self.vectors.set_payload(payload_updates)
+                await self._commit(tx, claim, plan, from_seq, to_seq)
         except (_Stale, _LeaseLost):
+            # Perhaps the session was deleted meanwhile: then its fresh points must go too.
             await self._forget_points_of_gone_session(claim, [p.id for p in points])
             return False
         except BaseException:
@@ -443,7 +213,140 @@ class Promoter:
             raise
         return True
 
-    async def _forget_points_of_gone_session(self, claim: Claim, ids: list[Any]) -> None:
+    async def _existing(
+        self, claim: Claim, chunks: list[Chunk]
+    ) -> tuple[set[uuid.UUID], dict[str, ExistingMemory]]:
+        """What the batch meets in storage: the ids already stored (a replay), and for each
+        text of the batch the user's memory with that text and its indexed vector."""
+        if not chunks:
+            return set(), {}
+        hashes = sorted({content_hash(c.content) for c in chunks})
+        async with self.db.read() as tx:
+            done = {m.id for m in await memory_store.get_many(tx, [c.id for c in chunks])}
+            same_text = await memory_store.by_hashes(tx, claim.tenant_id, claim.user_id, hashes)
+        stored = await self.vectors.dense_vectors([m.id for m in same_text.values()])
+        return done, {h: ExistingMemory(m.id, stored.get(m.id)) for h, m in same_text.items()}
+
+    async def _commit(
+        self, tx: AsyncSession, claim: Claim, plan: Plan, from_seq: int, to_seq: int
+    ) -> None:
+        """The batch's rows, its merges, their events and the watermark: one transaction,
+        valid only while we hold the lease."""
+        now = datetime.now(UTC)
+        if not await session_store.advance_watermark(
+            tx,
+            tenant_id=claim.tenant_id,
+            session_id=claim.session_id,
+            owner=self.owner,
+            from_seq=from_seq,
+            to_seq=to_seq,
+            lease_until=self._lease_until(),
+        ):
+            raise _LeaseLost
+        inserted = await memory_store.insert_many(
+            tx, [self._row(claim, memory, now) for memory in plan.fresh]
+        )
+        # A replayed batch re-inserts nothing, so it must not re-log "created" either.
+        created = [
+            self._created(claim, memory, now)
+            for memory in plan.fresh
+            if memory.chunk.id in inserted
+        ]
+        merged, patches = await self._merge(tx, claim, plan.merges, now)
+        await memory_store.add_events(tx, [*created, *merged])
+        # Under the row locks, before the commit: if the index fails, nothing moves.
+        await self.vectors.set_payload(patches)
+
+    async def _merge(
+        self, tx: AsyncSession, claim: Claim, gains: dict[uuid.UUID, Gain], now: datetime
+    ) -> tuple[list[AuditEvent], list[tuple[uuid.UUID, PayloadPatch]]]:
+        """Apply each gain to its memory as it is now, under a row lock, not as read before
+        the plan; returns the events and the index updates of the memories that changed."""
+        live = await memory_store.lock_live(tx, list(gains))
+        if len(live) != len(gains):
+            raise _Stale  # a merge target was deleted meanwhile: redo the batch
+        events: list[AuditEvent] = []
+        patches: list[tuple[uuid.UUID, PayloadPatch]] = []
+        for target in live:
+            gain = gains[target.id]
+            merged = apply_gain(target.sources, target.created_at, gain)
+            if merged is None:
+                continue
+            await memory_store.save_merge(
+                tx, target.id, sources=merged.sources, created_at=merged.created_at, now=now
+            )
+            patches.append(
+                (target.id, PayloadPatch(sources=merged.sources, created_at=merged.created_at))
+            )
+            events.append(
+                AuditEvent(
+                    claim.tenant_id,
+                    claim.user_id,
+                    target.id,
+                    "updated",
+                    old={"sources": target.sources, "created_at": target.created_at.isoformat()},
+                    new={"sources": merged.sources, "created_at": merged.created_at.isoformat()},
+                    reason="near-duplicate merged: " + gain.reason,
+                    at=now,
+                )
+            )
+        return events, patches
+
+    def _point(self, claim: Claim, memory: NewMemory) -> VectorPoint:
+        chunk = memory.chunk
+        sparse = terms.document_vector(
+            chunk.content, chunk.sparse_context, self.settings.sparse_context_weight
+        )
+        payload = MemoryPayload(
+            tenant_id=claim.tenant_id,
+            user_id=claim.user_id,
+            session_id=claim.session_id,
+            memory_type="episodic",
+            content=chunk.content,
+            importance=chunk.importance,
+            sources=memory.sources,
+            metadata={},
+            created_at=memory.created_at,
+        )
+        return VectorPoint(chunk.id, memory.vector, sparse, payload)
+
+    @staticmethod
+    def _row(claim: Claim, memory: NewMemory, now: datetime) -> memory_store.MemoryValues:
+        chunk = memory.chunk
+        return {
+            "id": chunk.id,
+            "tenant_id": claim.tenant_id,
+            "user_id": claim.user_id,
+            "session_id": claim.session_id,
+            "memory_type": "episodic",
+            "content": chunk.content,
+            "importance": chunk.importance,
+            "access_count": 0,
+            "last_accessed_at": None,
+            "strength": 1.0,
+            "pinned": False,
+            "valid_from": memory.created_at,
+            "sources": memory.sources,
+            "metadata_": {},
+            "content_hash": content_hash(chunk.content),
+            "created_at": memory.created_at,
+            "updated_at": now,
+        }
+
+    @staticmethod
+    def _created(claim: Claim, memory: NewMemory, now: datetime) -> AuditEvent:
+        return AuditEvent(
+            claim.tenant_id,
+            claim.user_id,
+            memory.chunk.id,
+            "created",
+            old=None,
+            new={"content": memory.chunk.content, "sources": memory.sources},
+            reason="promoted from the session log",
+            at=now,
+        )
+
+    async def _forget_points_of_gone_session(self, claim: Claim, ids: list[uuid.UUID]) -> None:
         """A session deleted while its batch was promoted: the points just written must go
         too, or recall would keep returning what the caller erased. (When another worker
         took the lease instead, it writes these same ids, so they stay.)"""

@@ -21,7 +21,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from app.core import terms
+from app.core import reinforcement, terms
 from app.errors import SessionNotFound
 from app.providers.embeddings import Embedder
 from app.schemas.recall import RecallRequest, RecallResponse
@@ -40,7 +40,7 @@ from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
-from app.stores.vectors import VectorIndex, VectorQuery
+from app.stores.vectors import PayloadPatch, VectorIndex, VectorQuery
 
 log = logging.getLogger("strata.recall")
 
@@ -178,7 +178,12 @@ class RecallService:
                 (tenant_id, user_id), counts = next(iter(pending.items()))
                 try:
                     async with self.db.transaction() as tx:
-                        new = await memory_store.reinforce(tx, tenant_id, user_id, counts, now)
+                        used = await memory_store.lock_use(tx, tenant_id, user_id, list(counts))
+                        new = {
+                            mid: reinforcement.after_recalls(use, counts[mid], now)
+                            for mid, use in used.items()
+                        }
+                        await memory_store.save_use(tx, tenant_id, user_id, new)
                 except Exception:
                     log.warning("reinforcement of %d memories failed", len(counts), exc_info=True)
                     ok = False
@@ -188,8 +193,8 @@ class RecallService:
                 try:
                     await self.vectors.set_payload(
                         [
-                            (mid, {"access_count": n, "last_accessed_at": now.timestamp()})
-                            for mid, n in new
+                            (mid, PayloadPatch(access_count=use.access_count, last_accessed_at=now))
+                            for mid, use in new.items()
                         ]
                     )
                 except Exception:  # the rows hold the counts; the index's copy lags a recall

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from app.core import scoring
 from app.schemas.common import Source
@@ -160,13 +160,13 @@ class Score:
     def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float, float]:
         """(semantic, recency, importance) of one candidate."""
         s = self.settings
-        p: dict[str, Any] = hit.payload
-        last = p.get("last_accessed_at") or p["created_at"]
+        p = hit.payload
+        last = p.last_accessed_at or p.created_at
         semantic = scoring.semantic_from_rrf(hit.score, s.dense_weight, s.sparse_weight, s.rrf_k)
-        recency = scoring.recency(now, datetime.fromtimestamp(last, UTC), s.recency_lambda_per_day)
-        intrinsic = 1.0 if p.get("pinned") else float(p.get("importance", 0.5))
+        recency = scoring.recency(now, last, s.recency_lambda_per_day)
+        intrinsic = 1.0 if p.pinned else p.importance
         importance = scoring.importance(
-            intrinsic, int(p.get("access_count", 0)), max_access, s.importance_intrinsic_share
+            intrinsic, p.access_count, max_access, s.importance_intrinsic_share
         )
         return semantic, recency, importance
 
@@ -174,25 +174,21 @@ class Score:
 def to_result(candidate: Candidate) -> RecallResult:
     """Only the answers become response objects; the rest of the pool is just numbers."""
     c = candidate
-    p: dict[str, Any] = c.hit.payload
+    p = c.hit.payload
     return RecallResult(
         id=c.hit.id,
-        kind=p.get("kind", "memory"),
-        memory_type=p["memory_type"],
-        content=p["content"],
+        kind=p.kind,
+        memory_type=p.memory_type,
+        content=p.content,
         score=round(c.score, 6),
         scores=Scores(
             semantic=round(c.semantic, 6),
             recency=round(c.recency, 6),
             importance=round(c.importance, 6),
         ),
-        created_at=datetime.fromtimestamp(p["created_at"], UTC),
-        last_accessed_at=_dt(p.get("last_accessed_at")),
-        access_count=int(p.get("access_count", 0)),
-        sources=[Source.model_validate(x) for x in p.get("sources", [])],
-        metadata=p.get("metadata") or {},
+        created_at=p.created_at,
+        last_accessed_at=p.last_accessed_at,
+        access_count=p.access_count,
+        sources=[Source.model_validate(x) for x in p.sources],
+        metadata=p.metadata,
     )
-
-
-def _dt(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, UTC) if value is not None else None

@@ -5,12 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.audit import AuditEvent
+from app.core.reinforcement import Use
 from app.stores.models import Memory, MemoryEvent, User
 from app.stores.sessions import _insert
 
@@ -61,26 +63,96 @@ async def by_hashes(
     return found
 
 
-async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
+class MemoryValues(TypedDict):
+    """A new memory row."""
+
+    id: uuid.UUID
+    tenant_id: str
+    user_id: str
+    session_id: str | None
+    memory_type: str
+    content: str
+    importance: float
+    access_count: int
+    last_accessed_at: datetime | None
+    strength: float
+    pinned: bool
+    valid_from: datetime
+    sources: list[dict[str, Any]]
+    metadata_: dict[str, Any]
+    content_hash: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class MemoryChanges(TypedDict, total=False):
+    """Fields that change in place (`update_fields`)."""
+
+    session_id: str | None
+    sources: list[dict[str, Any]]
+    memory_type: str
+    content: str
+    content_hash: str
+    importance: float
+    pinned: bool
+    metadata_: dict[str, Any]
+    updated_at: datetime
+
+
+async def insert(tx: AsyncSession, values: MemoryValues) -> Memory:
+    """Insert one memory; returns its row."""
+    stmt = sa.insert(Memory).values(**values).returning(Memory)
+    return (await tx.execute(stmt)).scalar_one()
+
+
+async def insert_many(tx: AsyncSession, rows: Sequence[MemoryValues]) -> set[uuid.UUID]:
     """Insert memories, skipping ids already present: a re-run writes nothing twice.
     Returns the ids actually inserted."""
     inserted: set[uuid.UUID] = set()
     for start in range(0, len(rows), _CHUNK):
-        stmt = _insert(tx, Memory).values(rows[start : start + _CHUNK])
+        stmt = _insert(tx, Memory).values(list(rows[start : start + _CHUNK]))
         stmt = stmt.on_conflict_do_nothing(index_elements=["id"]).returning(Memory.id)
         inserted.update((await tx.execute(stmt)).scalars())
     return inserted
 
 
-async def add(tx: AsyncSession, row: Memory) -> None:
-    tx.add(row)
-    await tx.flush()
+async def update_fields(tx: AsyncSession, memory_id: uuid.UUID, changes: MemoryChanges) -> Memory:
+    """Set these fields; returns the row as it now is."""
+    stmt = (
+        sa.update(Memory)
+        .where(Memory.id == memory_id)
+        .values(**changes)
+        .returning(Memory)
+        .execution_options(populate_existing=True)
+    )
+    return (await tx.execute(stmt)).scalar_one()
 
 
-async def add_events(tx: AsyncSession, events: list[dict[str, Any]]) -> None:
-    if events:
-        for start in range(0, len(events), _CHUNK):
-            await tx.execute(sa.insert(MemoryEvent), events[start : start + _CHUNK])
+async def soft_delete(tx: AsyncSession, memory_id: uuid.UUID, now: datetime) -> None:
+    """The row stays, for its audit trail, but is no longer valid."""
+    await tx.execute(
+        sa.update(Memory)
+        .where(Memory.id == memory_id)
+        .values(deleted_at=now, valid_to=now, updated_at=now)
+    )
+
+
+async def add_events(tx: AsyncSession, events: Sequence[AuditEvent]) -> None:
+    rows = [
+        {
+            "tenant_id": e.tenant_id,
+            "user_id": e.user_id,
+            "memory_id": e.memory_id,
+            "event": e.event,
+            "old_value": e.old,
+            "new_value": e.new,
+            "reason": e.reason,
+            "created_at": e.at,
+        }
+        for e in events
+    ]
+    for start in range(0, len(rows), _CHUNK):
+        await tx.execute(sa.insert(MemoryEvent), rows[start : start + _CHUNK])
 
 
 async def page(
@@ -136,50 +208,53 @@ async def max_access_count(tx: AsyncSession, tenant_id: str, user_id: str) -> in
     return int((await tx.execute(stmt)).scalar_one_or_none() or 0)
 
 
-async def reinforce(
-    tx: AsyncSession,
-    tenant_id: str,
-    user_id: str,
-    counts: Mapping[uuid.UUID, int],
-    now: datetime,
-) -> list[tuple[uuid.UUID, int]]:
-    """Count accesses (`counts[id]` recalls each); returns the new access counts."""
-    if not counts:
-        return []
-    # Lock the rows in id order first, like merges and deletes, so the three never deadlock.
-    await tx.execute(
-        sa.select(Memory.id)
-        .where(Memory.id.in_(list(counts)))
+async def lock_use(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Use]:
+    """The use so far of the user's live memories among `ids`, locked in id order, like
+    merges and deletes, so that the three never deadlock."""
+    if not ids:
+        return {}
+    stmt = (
+        sa.select(Memory.id, Memory.strength, Memory.access_count, Memory.last_accessed_at)
+        .where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.id.in_(ids),
+            Memory.deleted_at.is_(None),
+        )
         .order_by(Memory.id)
         .with_for_update()
     )
-    new: list[tuple[uuid.UUID, int]] = []
-    for times in sorted(set(counts.values())):
-        ids = [mid for mid, n in counts.items() if n == times]
-        result = await tx.execute(
-            sa.update(Memory)
-            .where(
-                Memory.tenant_id == tenant_id,
-                Memory.user_id == user_id,
-                Memory.id.in_(ids),
-                Memory.deleted_at.is_(None),
-            )
-            .values(
-                access_count=Memory.access_count + times,
-                last_accessed_at=now,
-                strength=Memory.strength + times,
-            )
-            .returning(Memory.id, Memory.access_count)
-        )
-        new.extend((row[0], int(row[1])) for row in result.all())
-    if new:
-        top = max(c for _, c in new)
-        await tx.execute(
-            sa.update(User)
-            .where(User.tenant_id == tenant_id, User.id == user_id, User.max_access_count < top)
-            .values(max_access_count=top)
-        )
-    return new
+    rows = (await tx.execute(stmt)).all()
+    return {mid: Use(strength, count, last) for mid, strength, count, last in rows}
+
+
+async def save_use(
+    tx: AsyncSession, tenant_id: str, user_id: str, uses: Mapping[uuid.UUID, Use]
+) -> None:
+    """Write memories' use (rows locked by `lock_use`) and keep the user's highest access
+    count, which normalises the usage share of importance."""
+    if not uses:
+        return
+    await tx.execute(
+        sa.update(Memory),
+        [
+            {
+                "id": mid,
+                "strength": use.strength,
+                "access_count": use.access_count,
+                "last_accessed_at": use.last_accessed_at,
+            }
+            for mid, use in uses.items()
+        ],
+    )
+    top = max(use.access_count for use in uses.values())
+    await tx.execute(
+        sa.update(User)
+        .where(User.tenant_id == tenant_id, User.id == user_id, User.max_access_count < top)
+        .values(max_access_count=top)
+    )
 
 
 def _mentions_session(tx: AsyncSession, session_id: str) -> sa.ColumnElement[bool]:
@@ -195,62 +270,41 @@ def _mentions_session(tx: AsyncSession, session_id: str) -> sa.ColumnElement[boo
     )
 
 
-async def detach_session(
-    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, now: datetime
-) -> tuple[list[uuid.UUID], list[tuple[uuid.UUID, dict[str, Any]]]]:
-    """Forget what was derived from a session: memories sourced only from it are erased
-    (with their audit trail); those also sourced elsewhere lose this session's sources.
-    Returns (erased ids, (id, payload) updates for the index)."""
-    # Soft-deleted rows too: their audit trail quotes the session's content.
-    stmt = sa.select(Memory).where(
-        Memory.tenant_id == tenant_id,
-        Memory.user_id == user_id,
-        sa.or_(Memory.session_id == session_id, _mentions_session(tx, session_id)),
+async def lock_of_session(
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str
+) -> list[Memory]:
+    """The user's memories filed under the session or naming it in their sources, deleted
+    ones included, locked in id order (as every multi-row lock here), against a concurrent
+    delete of another session of the same memory, a merge into it, or a reinforcement."""
+    stmt = (
+        sa.select(Memory)
+        .where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            sa.or_(Memory.session_id == session_id, _mentions_session(tx, session_id)),
+        )
+        .order_by(Memory.id)
+        .with_for_update()
     )
-    # Locked, in id order (as every multi-row lock here), against a concurrent delete of
-    # another session of the same memory, a merge into it, or a reinforcement flush.
-    stmt = stmt.order_by(Memory.id).with_for_update()
-    gone: list[uuid.UUID] = []
-    kept: list[tuple[uuid.UUID, dict[str, Any]]] = []
-    events: list[dict[str, Any]] = []
-    for row in (await tx.execute(stmt)).scalars():
-        remaining = [s for s in row.sources if s.get("session_id") != session_id]
-        if not row.sources and row.deleted_at is None:
-            # Written by the caller and filed under the session, not derived from its
-            # messages: it stays, no longer filed there.
-            row.session_id = None
-            row.updated_at = now
-            kept.append((row.id, {"session_id": ""}))
-            continue
-        if remaining and row.deleted_at is None:
-            events.append(
-                {
-                    "tenant_id": tenant_id,
-                    "user_id": user_id,
-                    "memory_id": row.id,
-                    "event": "updated",
-                    "old_value": {"sources": row.sources},
-                    "new_value": {"sources": remaining},
-                    "reason": f"session {session_id} deleted",
-                    "created_at": now,
-                }
-            )
-            row.sources = remaining
-            if row.session_id == session_id:
-                row.session_id = remaining[0]["session_id"]
-            row.updated_at = now
-            kept.append((row.id, {"sources": remaining, "session_id": row.session_id}))
-            continue
-        gone.append(row.id)
-    if gone:
-        # Erasure, not a soft delete: the audit trail goes with the content it quotes.
-        for start in range(0, len(gone), _CHUNK):
-            ids = gone[start : start + _CHUNK]
-            await tx.execute(sa.delete(MemoryEvent).where(MemoryEvent.memory_id.in_(ids)))
-            await tx.execute(sa.delete(Memory).where(Memory.id.in_(ids)))
-    await add_events(tx, events)
-    await tx.flush()
-    return gone, kept
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def erase(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> None:
+    """Erasure, not a soft delete: the audit trail goes with the content it quotes."""
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        await tx.execute(sa.delete(MemoryEvent).where(MemoryEvent.memory_id.in_(chunk)))
+        await tx.execute(sa.delete(Memory).where(Memory.id.in_(chunk)))
+
+
+async def unfile(tx: AsyncSession, ids: Sequence[uuid.UUID], now: datetime) -> None:
+    """No longer filed under a session."""
+    for start in range(0, len(ids), _CHUNK):
+        await tx.execute(
+            sa.update(Memory)
+            .where(Memory.id.in_(ids[start : start + _CHUNK]))
+            .values(session_id=None, updated_at=now)
+        )
 
 
 async def lock_live(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:

@@ -18,9 +18,12 @@ from app.errors import VectorStoreUnavailable
 from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
+    MemoryPayload,
+    PayloadPatch,
     VectorHit,
     VectorPoint,
     VectorQuery,
+    encode_patch,
     scope_conditions,
 )
 
@@ -82,7 +85,7 @@ class QdrantEdgeIndex:
             qe.Point(
                 p.id,
                 {"dense": p.dense, "sparse": qe.SparseVector(p.sparse.indices, p.sparse.values)},
-                p.payload,
+                p.payload.to_dict(),
             )
             for p in points
         ]
@@ -95,16 +98,17 @@ class QdrantEdgeIndex:
             op = qe.UpdateOperation.delete_points(list(ids))
             await self._run(lambda: self._shard.update(op))
 
-    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, dict[str, Any]]]) -> None:
+    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
         import qdrant_edge as qe
 
         if not updates:
             return
 
         def apply() -> None:
-            for pid, payload in updates:
+            for pid, patch in updates:
                 try:
-                    self._shard.update(qe.UpdateOperation.set_payload([pid], payload))
+                    op = qe.UpdateOperation.set_payload([pid], encode_patch(patch))
+                    self._shard.update(op)
                 except Exception as exc:  # a point deleted meanwhile; the rest goes on
                     if "No point with id" not in str(exc):
                         raise
@@ -159,7 +163,10 @@ class QdrantEdgeIndex:
             with_payload=True,
         )
         points = await self._run(lambda: self._shard.query(request))
-        return [VectorHit(_as_uuid(p.id), p.score, p.payload or {}) for p in points]
+        return [
+            VectorHit(_as_uuid(p.id), p.score, MemoryPayload.from_dict(p.payload or {}))
+            for p in points
+        ]
 
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
         if not ids:

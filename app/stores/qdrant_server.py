@@ -14,9 +14,12 @@ from app.errors import VectorStoreUnavailable
 from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
+    MemoryPayload,
+    PayloadPatch,
     VectorHit,
     VectorPoint,
     VectorQuery,
+    encode_patch,
     scope_conditions,
 )
 
@@ -78,7 +81,7 @@ class QdrantServerIndex:
                     "dense": p.dense,
                     "sparse": qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
                 },
-                payload=p.payload,
+                payload=p.payload.to_dict(),
             )
             for p in points
         ]
@@ -89,7 +92,7 @@ class QdrantServerIndex:
             selector = qm.PointIdsList(points=[str(i) for i in ids])
             await self._call(self.client.delete(self.collection, selector, wait=True))
 
-    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, dict[str, Any]]]) -> None:
+    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
         if not updates:
             return
         # A point may be gone (deleted meanwhile); the rest still gets its update.
@@ -103,8 +106,10 @@ class QdrantServerIndex:
         )
         present = {str(r.id) for r in found}
         ops = [
-            qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=payload, points=[str(pid)]))
-            for pid, payload in updates
+            qm.SetPayloadOperation(
+                set_payload=qm.SetPayload(payload=encode_patch(patch), points=[str(pid)])
+            )
+            for pid, patch in updates
             if str(pid) in present
         ]
         if ops:
@@ -154,7 +159,10 @@ class QdrantServerIndex:
                 with_payload=True,
             )
         )
-        return [VectorHit(uuid.UUID(str(p.id)), p.score, p.payload or {}) for p in result.points]
+        return [
+            VectorHit(uuid.UUID(str(p.id)), p.score, MemoryPayload.from_dict(p.payload or {}))
+            for p in result.points
+        ]
 
     @staticmethod
     def _user_filter(q: VectorQuery) -> qm.Filter:

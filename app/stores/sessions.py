@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -73,6 +73,35 @@ async def create_or_lock(
             return row, created
         # It was being deleted: our insert conflicted, the delete committed, try again.
     raise RuntimeError(f"session {session_id!r} kept vanishing while being created")
+
+
+class SessionChanges(TypedDict, total=False):
+    system_prompt: str | None
+    metadata_: dict[str, Any]
+
+
+async def update(
+    tx: AsyncSession, tenant_id: str, session_id: str, changes: SessionChanges, now: datetime
+) -> Session:
+    """Set these fields (and `updated_at`); returns the row as it now is."""
+    stmt = (
+        sa.update(Session)
+        .where(Session.tenant_id == tenant_id, Session.id == session_id)
+        .values(**changes, updated_at=now)
+        .returning(Session)
+        .execution_options(populate_existing=True)
+    )
+    return (await tx.execute(stmt)).scalar_one()
+
+
+async def advance_last_seq(
+    tx: AsyncSession, tenant_id: str, session_id: str, last_seq: int, now: datetime
+) -> None:
+    await tx.execute(
+        sa.update(Session)
+        .where(Session.tenant_id == tenant_id, Session.id == session_id)
+        .values(last_seq=last_seq, updated_at=now)
+    )
 
 
 async def delete(tx: AsyncSession, tenant_id: str, session_id: str) -> None:

@@ -14,14 +14,151 @@ Each implementation lives in its own module, so a process imports only the clien
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from app.core.terms import SparseVec
 
+if TYPE_CHECKING:
+    from app.stores.models import Memory
+
 KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id")
 FLOAT_FIELDS = ("created_at",)
+
+
+class PayloadPatch(TypedDict, total=False):
+    """The payload fields that may change on a stored point without re-embedding it."""
+
+    session_id: str | None
+    memory_type: str
+    importance: float
+    pinned: bool
+    metadata: dict[str, Any]
+    sources: list[dict[str, Any]]
+    created_at: datetime
+    access_count: int
+    last_accessed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPayload:
+    """A point's payload: what recall filters on and returns without a database trip.
+
+    The one definition of the schema: `to_dict` is the stored form (times as epoch seconds,
+    which the index range-filters; no session as ""; flags as 0/1), `from_dict` reads it
+    back, and `encode_patch` writes a part of it the same way.
+    """
+
+    tenant_id: str
+    user_id: str
+    session_id: str | None
+    memory_type: str
+    content: str
+    importance: float
+    sources: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    created_at: datetime
+    pinned: bool = False
+    access_count: int = 0
+    last_accessed_at: datetime | None = None
+    kind: str = "memory"
+
+    @classmethod
+    def from_row(cls, row: Memory) -> MemoryPayload:
+        return cls(
+            tenant_id=row.tenant_id,
+            user_id=row.user_id,
+            session_id=row.session_id,
+            memory_type=row.memory_type,
+            content=row.content,
+            importance=row.importance,
+            sources=row.sources,
+            metadata=row.metadata_,
+            created_at=row.created_at,
+            pinned=row.pinned,
+            access_count=row.access_count,
+            last_accessed_at=row.last_accessed_at,
+        )
+
+    def as_patch(self) -> PayloadPatch:
+        """Every field that may change in place (all but the scope, kind and content)."""
+        return {
+            "session_id": self.session_id,
+            "memory_type": self.memory_type,
+            "importance": self.importance,
+            "pinned": self.pinned,
+            "metadata": self.metadata,
+            "sources": self.sources,
+            "created_at": self.created_at,
+            "access_count": self.access_count,
+            "last_accessed_at": self.last_accessed_at,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tenant_id": self.tenant_id,
+            "user_id": self.user_id,
+            "kind": self.kind,
+            "content": self.content,
+            **encode_patch(self.as_patch()),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> MemoryPayload:
+        last = raw.get("last_accessed_at")
+        return cls(
+            tenant_id=raw["tenant_id"],
+            user_id=raw["user_id"],
+            session_id=raw.get("session_id") or None,
+            memory_type=raw["memory_type"],
+            content=raw["content"],
+            importance=float(raw.get("importance", 0.5)),
+            sources=list(raw.get("sources") or []),
+            metadata=dict(raw.get("metadata") or {}),
+            created_at=datetime.fromtimestamp(raw["created_at"], UTC),
+            pinned=bool(raw.get("pinned")),
+            access_count=int(raw.get("access_count", 0)),
+            last_accessed_at=datetime.fromtimestamp(last, UTC) if last is not None else None,
+            kind=raw.get("kind", "memory"),
+        )
+
+
+def _epoch(dt: datetime | None) -> float | None:
+    return dt.timestamp() if dt is not None else None
+
+
+_ENCODE: dict[str, Callable[[Any], Any]] = {
+    "session_id": lambda v: v or "",  # a keyword index matches strings, not nulls
+    "pinned": int,  # Qdrant Edge 0.9 matched nothing on a boolean value
+    "created_at": _epoch,
+    "last_accessed_at": _epoch,
+}
+
+
+def encode_patch(patch: PayloadPatch) -> dict[str, Any]:
+    """The stored form of some payload fields, as `MemoryPayload.to_dict` writes them."""
+    out: dict[str, Any] = {}
+    for key, value in patch.items():
+        encode = _ENCODE.get(key)
+        out[key] = encode(value) if encode else value
+    if "metadata" in patch:
+        out["meta_filter"] = filterable(patch["metadata"])
+    return out
+
+
+def filterable(metadata: Mapping[str, Any]) -> dict[str, str | int]:
+    """The top-level scalar metadata as the index filters it. Booleans go under their own
+    `bool:` keys as 0/1 (Qdrant Edge 0.9 matches nothing on a boolean value), so that
+    `true` never matches the integer 1."""
+    out: dict[str, str | int] = {}
+    for key, value in metadata.items():
+        if isinstance(value, bool):
+            out[f"bool:{key}"] = int(value)
+        elif isinstance(value, str | int):
+            out[key] = value
+    return out
 
 
 @dataclass(slots=True)
@@ -29,7 +166,7 @@ class VectorPoint:
     id: uuid.UUID
     dense: list[float]
     sparse: SparseVec
-    payload: dict[str, Any]
+    payload: MemoryPayload
 
 
 @dataclass(slots=True)
@@ -55,7 +192,7 @@ class VectorQuery:
 class VectorHit:
     id: uuid.UUID
     score: float
-    payload: dict[str, Any]
+    payload: MemoryPayload
 
 
 class VectorIndex(Protocol):
@@ -64,8 +201,8 @@ class VectorIndex(Protocol):
     async def ensure_collection(self) -> None: ...
     async def upsert(self, points: Sequence[VectorPoint]) -> None: ...
     async def delete(self, ids: Sequence[uuid.UUID]) -> None: ...
-    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, dict[str, Any]]]) -> None:
-        """Merge payload keys into points; points that do not exist are skipped."""
+    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
+        """Overwrite these payload fields of points; points that do not exist are skipped."""
         ...
 
     async def search(self, query: VectorQuery) -> list[VectorHit]: ...
@@ -87,7 +224,7 @@ def scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:
         conds.append(("memory_type", tuple(q.memory_types)))
     if q.kinds:
         conds.append(("kind", tuple(q.kinds)))
-    for key, value in q.metadata.items():  # see `filterable` in the promotion service
+    for key, value in q.metadata.items():  # see `filterable` above
         if isinstance(value, bool):
             conds.append((f'meta_filter."bool:{key}"', int(value)))
         else:

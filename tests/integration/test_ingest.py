@@ -124,6 +124,24 @@ async def test_a_session_belongs_to_one_user(running: Running, ids: Callable[[st
     assert mine.json()["last_seq"] == 0
 
 
+async def test_an_update_changes_only_the_fields_it_names(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    url = f"/v1/sessions/{session}"
+    made = await running.client.put(url, json={"user_id": user, "metadata": {"a": 1}})
+    await post_messages(running, session, user, [turn("hello")], wait=False)
+    changed = await running.client.put(url, json={"user_id": user, "system_prompt": "Be kind."})
+    assert changed.status_code == 200
+    body = changed.json()
+    assert (body["system_prompt"], body["metadata"], body["last_seq"]) == ("Be kind.", {"a": 1}, 1)
+    assert body["updated_at"] > made.json()["updated_at"]
+    cleared = await running.client.put(url, json={"user_id": user, "metadata": {}})
+    assert (cleared.json()["system_prompt"], cleared.json()["metadata"]) == ("Be kind.", {})
+    read = await running.client.get(url, params={"user_id": user})
+    assert read.json() == cleared.json()
+
+
 async def test_the_buffer_holds_the_window_and_refreshes_its_ttl(
     running: Running, ids: Callable[[str], str]
 ) -> None:

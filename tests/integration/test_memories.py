@@ -136,3 +136,26 @@ async def test_patch_rejects_null_and_unknown_session(
     )
     assert orphan.status_code == 404
     assert orphan.json()["code"] == "session_not_found"
+
+
+async def test_deleting_a_session_keeps_what_the_caller_filed_there_unfiled(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    url = f"/v1/sessions/{session}"
+    assert (await running.client.put(url, json={"user_id": user})).status_code == 201
+    kept = await create(running, user, "Plays the cello.", session_id=session)
+    dropped = await create(running, user, "Owned a red bicycle.", session_id=session)
+    await running.client.delete(f"/v1/memories/{dropped['id']}", params={"user_id": user})
+
+    deleted = await running.client.delete(url, params={"user_id": user})
+    assert deleted.json() == {"session_id": session, "messages": 0, "memories": 1}
+    still = await running.client.get(f"/v1/memories/{kept['id']}", params={"user_id": user})
+    assert still.json()["session_id"] is None
+    assert still.json()["updated_at"] > kept["updated_at"]
+    assert [r["id"] for r in await recall(running, user, "cello")] == [kept["id"]]
+    # The soft-deleted one quoted the session: it is erased, history and all.
+    history = await running.client.get(
+        f"/v1/memories/{dropped['id']}/history", params={"user_id": user}
+    )
+    assert history.status_code == 404

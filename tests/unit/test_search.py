@@ -22,7 +22,7 @@ from app.services.search import (
     to_result,
 )
 from app.settings import Settings
-from app.stores.vectors import VectorHit
+from app.stores.vectors import MemoryPayload, VectorHit
 
 settings = Settings(_env_file=None)
 score = Score(settings)
@@ -45,16 +45,23 @@ def hit(
     return VectorHit(
         id=uuid.UUID(int=n),
         score=rrf,
-        payload={
-            "kind": "memory",
-            "memory_type": "episodic",
-            "content": f"memory {n}",
-            "created_at": created,
-            "importance": importance,
-            "access_count": access_count,
-            "sources": [{"session_id": "s1", "message_id": f"m{n}", "seq": n}],
-            **payload,
-        },
+        payload=MemoryPayload.from_dict(
+            {
+                "tenant_id": "t",
+                "user_id": "u",
+                "session_id": "s1",
+                "kind": "memory",
+                "memory_type": "episodic",
+                "content": f"memory {n}",
+                "created_at": created,
+                "importance": importance,
+                "access_count": access_count,
+                "pinned": 0,
+                "metadata": {},
+                "sources": [{"session_id": "s1", "message_id": f"m{n}", "seq": n}],
+                **payload,
+            }
+        ),
     )
 
 
