@@ -137,7 +137,7 @@ class Settings(BaseSettings):
         default=7.0, gt=0, description="succeeded jobs older than this are purged daily"
     )
 
-    # Recall scoring (DESIGN §4.1); defaults from the LoCoMo benchmark.
+    # Recall scoring (docs/architecture.md §3); defaults from the LoCoMo benchmark.
     weight_semantic: float = Field(default=0.9, ge=0)
     weight_recency: float = Field(default=0.05, ge=0)
     weight_importance: float = Field(default=0.05, ge=0)

@@ -1,6 +1,6 @@
-"""Service-level benchmark (DESIGN §7) against a running Strata: ingest latency and throughput,
-promotion throughput, recall and context latency under 8 concurrent clients, and the server's
-resident memory.
+"""Service-level benchmark (docs/architecture.md §9) against a running Strata: ingest
+latency and throughput, promotion throughput, recall and context latency under 8 concurrent
+clients, and the server's resident memory.
 
 Usage: python bench/latency.py [--url http://127.0.0.1:8000] [--memories 20000]
 Synthetic bilingual (English / Chinese / mixed) text, generated from word lists with a seed.
@@ -549,7 +549,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
     result["table"] = [vars(r) for r in rows]
     print()
-    print("DESIGN §7 service levels (targets are for a 2-core machine)")
+    print("Service levels (docs/architecture.md §9; targets are for a 2-core machine)")
     width = max(len(r.path) for r in rows)
     print(f"{'path':{width}s}  {'target':20s}  {'measured':14s}  meets")
     for r in rows:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks of DESIGN §7 and LoCoMo against the embedded server: `make bench LOCOMO=/path`.
+# Benchmarks of the service levels (docs/architecture.md §9) and LoCoMo against the embedded server: `make bench LOCOMO=/path`.
 #
 #   bench/run.sh [path/to/locomo10.json]       (or LOCOMO=path bench/run.sh)
 #

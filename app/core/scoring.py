@@ -1,4 +1,4 @@
-"""The retrieval score of DESIGN §4.1, as pure functions (every term in [0, 1]).
+"""The retrieval score (docs/architecture.md §3), as pure functions (every term in [0, 1]).
 
 `score = α·semantic + β·recency + γ·importance`, with the weights normalised to sum to 1 so
 the score stays in [0, 1] whatever weights a request brings.

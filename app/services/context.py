@@ -1,5 +1,5 @@
 """Context assembly: the session's instructions, working memory, profile, summaries,
-recalled memories and newest turns, packed into the caller's token budget (DESIGN §2).
+recalled memories and newest turns, packed into the caller's token budget (docs/architecture.md §4).
 
 The context is a list of sections (`app.core.packing.Section`, built by `layout`),
 rendered in this order as headed blocks, one line per item:
@@ -168,7 +168,7 @@ class ContextService:
                 as_of=body.as_of,
                 session_id=session_id,
                 # A caller's own query is searched as given; the last user message is a
-                # turn of a conversation and may need its referents (DESIGN §2, context).
+                # turn of a conversation and may need its referents.
                 rewrite="off" if body.query else "auto",
             )
             found = (await self.recall.search(spec)).results

@@ -1,8 +1,8 @@
 """Sessions and message ingest: the log first, then the buffer, then a wake-up.
 
-Durability order (DESIGN §1): a message is committed to the log before it touches Redis;
-Redis failing after the commit loses nothing (the window is rebuilt from the log), so it is
-logged and the request still succeeds.
+Durability order (docs/architecture.md §2): a message is committed to the log before it
+touches Redis; Redis failing after the commit loses nothing (the window is rebuilt from the
+log), so it is logged and the request still succeeds.
 """
 
 from __future__ import annotations

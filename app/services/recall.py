@@ -1,4 +1,4 @@
-"""Recall: hybrid search in the index, then the composite score of DESIGN §4.1.
+"""Recall: hybrid search in the index, then the composite score (docs/architecture.md §3).
 
 A search is a pipeline over one `SearchSpec` (`app.services.search`): rewrite the query,
 retrieve candidates, score them, then any further stages, then cut to `top_k`.

@@ -1,6 +1,6 @@
 """The recall pipeline's pieces that do no I/O: the typed search spec, the candidates that
 stages hand on, the seams for a query rewriter and for stages after scoring, and the score
-stage itself (DESIGN §4.1).
+stage itself (docs/architecture.md §3).
 
 A search runs `rewrite → retrieve → score → stages… → top_k` (`RecallService.search`);
 docs/seams.md shows how to add a stage.
@@ -42,7 +42,7 @@ class SearchSpec:
     as_of: datetime | None = None  # "now" for decay; hides what was created after it
     # The session the query was asked in: where a rewrite finds the turns it refers to.
     session_id: str | None = None
-    # Narrow to memories sourced from `session_id` (recall's `session_id`, DESIGN §2).
+    # Narrow to memories sourced from `session_id` (recall's `session_id`).
     # Carried, not applied yet: the index payload's `session_id` is the first source's
     # session only, while `sources` may span sessions. Context leaves it off: memories
     # from the session's other turns and from other sessions are what context adds.
@@ -112,7 +112,7 @@ class Rewriter(Protocol):
 
 
 async def no_rewrite(spec: SearchSpec, /) -> str | None:
-    """The rewriter until query rewriting (DESIGN §4.2) lands: every query as asked."""
+    """The rewriter until query rewriting lands: every query as asked."""
     return None
 
 
@@ -138,7 +138,7 @@ async def run_stages(
 
 
 class Score:
-    """The composite score of DESIGN §4.1 over a pool, ranked best first (pure)."""
+    """The composite score (docs/architecture.md §3) over a pool, ranked best first (pure)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -107,9 +107,9 @@ async def ping(engine: AsyncEngine) -> float:
 class Database:
     """The canonical store's handle: the engine plus a way to run one transaction.
 
-    Services open the transaction so that the durability order of DESIGN §1 (commit the
-    log, then touch Redis or Qdrant) is visible where it matters; every statement inside it
-    lives in a repository module next to this one.
+    Services open the transaction so that the durability order of docs/architecture.md §2
+    (commit the log, then touch Redis or Qdrant) is visible where it matters; every statement
+    inside it lives in a repository module next to this one.
     """
 
     def __init__(self, engine: AsyncEngine, reader: AsyncEngine | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Scoring and decay maths (DESIGN §4.1): every term and the total stay in [0, 1]."""
+"""Scoring and decay maths (docs/architecture.md §3): every term and the total stay in [0, 1]."""
 
 from __future__ import annotations
 
