@@ -19,6 +19,7 @@ from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
+from app.services.rewrite import RewriteService
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +30,14 @@ class Services:
     context: ContextService
     health: HealthService
     jobs: JobService
+    rewrite: RewriteService
 
 
 def build_services(resources: Resources) -> Services:
     r = resources
     ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
-    recall = RecallService(r.db, r.vectors, r.embedder, r.settings)
+    rewrite = RewriteService(ingest, r.llm)
+    recall = RecallService(r.db, r.vectors, r.embedder, r.settings, rewriter=rewrite.for_search)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder),
@@ -44,6 +47,7 @@ def build_services(resources: Resources) -> Services:
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
         ),
         jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
+        rewrite=rewrite,
     )
 
 

@@ -15,6 +15,7 @@ from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.recall import RecallService
+from app.services.rewrite import RewriteService
 from app.settings import Settings
 from app.wiring import Services
 
@@ -81,6 +82,13 @@ RecallDep = Annotated[RecallService, Depends(_recall)]
 ContextDep = Annotated[ContextService, Depends(_context)]
 HealthDep = Annotated[HealthService, Depends(_health)]
 JobDep = Annotated[JobService, Depends(_jobs)]
+
+
+def _rewrite(request: Request) -> RewriteService:
+    return _services(request).rewrite
+
+
+RewriteDep = Annotated[RewriteService, Depends(_rewrite)]
 
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])

@@ -22,6 +22,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import jieba.posseg
 
@@ -78,8 +79,9 @@ class Rewrite:
     query: str
     rewritten: str
     changed: bool
-    method: str  # "heuristic" or "none" here; the service adds "llm"
+    method: Literal["llm", "heuristic", "none"]  # "llm" is the service's
     terms: tuple[str, ...] = ()
+    usage: dict[str, int] | None = None  # the LLM's tokens, when one ran
 
 
 def _english_words(text: str) -> list[str]:
@@ -159,6 +161,24 @@ def _resolve_person(query: str, name: str) -> str | None:
     pronoun = match.group(1).lower()
     replacement = f"{name}'s" if pronoun in ("his", "their", "hers") else name
     return query[: match.start()] + replacement + query[match.end() :]
+
+
+def unknown_entities(text: str, known: str) -> list[str]:
+    """The names in `text` (capitalised English words, Chinese person, place and
+    organisation names) that `known` never mentions: what an LLM's rewrite may not invent."""
+    lowered = known.lower()
+    names: list[str] = []
+    chinese = bool(_CJK.search(text))
+    if chinese:
+        names += [w for w, tag in jieba.posseg.cut(text) if tag in ("nr", "ns", "nt", "nz")]
+    for sentence in re.split(r"(?<=[.!?。？！])\s*", text):
+        for i, match in enumerate(_WORD.finditer(sentence)):
+            word = match.group(0).strip("'-")
+            # A capital opens every English sentence; inside Chinese text it marks a name.
+            first = i == 0 and not chinese
+            if not first and word[:1].isupper() and word.lower() not in ENGLISH_STOPWORDS:
+                names.append(word)
+    return [n for n in dict.fromkeys(names) if n.lower() not in lowered]
 
 
 def _is_name(term: str) -> bool:

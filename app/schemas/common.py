@@ -112,6 +112,15 @@ MetadataKey = Annotated[
 """Free text that may be empty or blank, but must be storable."""
 
 
+class LLMUsage(BaseModel):
+    """Tokens an LLM spent on this request (absent when none was called)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    calls: int
+
+
 class StrictModel(BaseModel):
     """Request bodies: unknown fields are an error, not silently dropped."""
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.common import EventTime, Identifier, Query, StrictModel
+from app.schemas.common import EventTime, Identifier, LLMUsage, Query, StrictModel
 from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
 
@@ -17,6 +17,11 @@ class ContextRequest(StrictModel):
     query: Query | None = Field(default=None, description="default: the last user message")
     token_budget: int = Field(default=4000, ge=1, le=200_000)
     as_of: EventTime | None = None
+    rewrite: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: a follow-up (a pronoun, an ellipsis) is made standalone from the "
+        "session's last turns before recall",
+    )
 
     model_config = {
         "json_schema_extra": {"examples": [{"user_id": "user-42", "token_budget": 4000}]}
@@ -45,3 +50,9 @@ class ContextResponse(BaseModel):
     token_budget: int
     tokenizer: str
     dropped: dict[str, int] = Field(description="items per section left out for the budget")
+    rewritten_query: str | None = Field(
+        default=None, description="the standalone query recall searched, when it was rewritten"
+    )
+    llm_usage: LLMUsage | None = Field(
+        default=None, description="tokens an LLM spent on this context (its rewrite)"
+    )

@@ -13,6 +13,7 @@ from app.schemas.common import (
     FilterValue,
     Identifier,
     InstantTime,
+    LLMUsage,
     MetadataKey,
     Query,
     Source,
@@ -87,6 +88,12 @@ class RecallResult(BaseModel):
 
 class RecallResponse(BaseModel):
     query: str
-    rewritten_query: str | None
+    rewritten_query: str | None = Field(
+        description="the standalone query searched instead of `query` (`rewrite: auto` and a "
+        "follow-up that leans on `session_id`'s last turns); null: searched as asked"
+    )
     results: list[RecallResult]
     took_ms: float
+    llm_usage: LLMUsage | None = Field(
+        default=None, description="tokens an LLM spent on this recall (its rewrite)"
+    )

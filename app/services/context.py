@@ -21,8 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.core import packing
+from app.core.rewrite import Turn
 from app.core.tokens import TokenCounter
 from app.errors import TokenBudgetTooSmall
+from app.schemas.common import LLMUsage
 from app.schemas.context import ContextRequest, ContextResponse, ContextSections, SummaryOut
 from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
@@ -159,6 +161,8 @@ class ContextService:
         query = body.query or (recent[last_user].content if last_user is not None else None)
 
         memories: list[RecallResult] = []
+        rewritten_query: str | None = None
+        llm_usage: dict[str, int] | None = None
         if query:
             spec = SearchSpec(
                 tenant_id=tenant_id,
@@ -167,11 +171,19 @@ class ContextService:
                 top_k=CONTEXT_TOP_K,
                 as_of=body.as_of,
                 session_id=session_id,
-                # A caller's own query is searched as given; the last user message is a
-                # turn of a conversation and may need its referents.
-                rewrite="off" if body.query else "auto",
+                rewrite=body.rewrite,
+                # The turns before the message the query is (or, for a caller's query, all
+                # of them): what a follow-up's pronouns point at.
+                turns=tuple(
+                    Turn(m.role, m.content)
+                    for m in (
+                        recent[:last_user] if not body.query and last_user is not None else recent
+                    )
+                ),
             )
-            found = (await self.recall.search(spec)).results
+            search = await self.recall.search(spec)
+            rewritten_query, llm_usage = search.rewritten_query, search.llm_usage
+            found = search.results
             # What the recent turns already say verbatim is not worth its tokens twice.
             shown = {m.seq for m in recent}
             memories = [
@@ -222,6 +234,8 @@ class ContextService:
             token_budget=body.token_budget,
             tokenizer=self.tokens.encoding,
             dropped=packed.dropped,
+            rewritten_query=rewritten_query,
+            llm_usage=LLMUsage(**llm_usage) if llm_usage else None,
         )
 
 

@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from app.core import reinforcement, terms
+from app.core.rewrite import Rewrite
 from app.errors import SessionNotFound
 from app.providers.embeddings import Embedder
+from app.schemas.common import LLMUsage
 from app.schemas.recall import RecallRequest, RecallResponse
 from app.services.search import (
     Found,
@@ -83,6 +85,7 @@ class RecallService:
             query=body.query,
             rewritten_query=found.rewritten_query,
             results=found.results,
+            llm_usage=LLMUsage(**found.llm_usage) if found.llm_usage else None,
             took_ms=round((time.perf_counter() - start) * 1000, 3),
         )
 
@@ -90,12 +93,16 @@ class RecallService:
         """rewrite → retrieve → score → each of `stages` → the best `top_k`."""
         rewritten = await self.rewrite(spec)
         if rewritten is not None:
-            spec = dataclasses.replace(spec, query=rewritten)
+            spec = dataclasses.replace(spec, query=rewritten.rewritten)
         candidates = self.score(spec, await self.retrieve(spec))
         ranked = await run_stages(spec, candidates, self.stages)
-        return Found([to_result(c) for c in ranked], rewritten)
+        return Found(
+            [to_result(c) for c in ranked],
+            rewritten.rewritten if rewritten is not None else None,
+            rewritten.usage if rewritten is not None else None,
+        )
 
-    async def rewrite(self, spec: SearchSpec) -> str | None:
+    async def rewrite(self, spec: SearchSpec) -> Rewrite | None:
         """The standalone query to search instead of `spec.query`, or None."""
         if spec.rewrite == "off":
             return None

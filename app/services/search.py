@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from app.core import scoring
+from app.core.rewrite import Rewrite, Turn
 from app.schemas.common import Source
 from app.schemas.recall import RecallResult, Scores
 from app.settings import Settings
@@ -48,6 +49,9 @@ class SearchSpec:
     # from the session's other turns and from other sessions are what context adds.
     session_scope: bool = False
     rewrite: RewriteMode = "auto"
+    # The conversation a rewrite reads, when the caller has it already (context); None: the
+    # rewriter reads `session_id`'s newest turns itself.
+    turns: tuple[Turn, ...] | None = None
 
     @classmethod
     def from_request(cls, tenant_id: str, body: RecallRequest) -> SearchSpec:
@@ -103,16 +107,17 @@ class Candidate:
 class Found:
     results: list[RecallResult]
     rewritten_query: str | None  # None: the query was searched as asked
+    llm_usage: dict[str, int] | None = None  # tokens the rewrite's LLM call spent
 
 
 class Rewriter(Protocol):
-    async def __call__(self, spec: SearchSpec, /) -> str | None:
+    async def __call__(self, spec: SearchSpec, /) -> Rewrite | None:
         """A standalone form of `spec.query`, or None to search it as asked."""
         ...
 
 
-async def no_rewrite(spec: SearchSpec, /) -> str | None:
-    """The rewriter until query rewriting lands: every query as asked."""
+async def no_rewrite(spec: SearchSpec, /) -> Rewrite | None:
+    """Every query as asked (a service built without a rewriter, tests)."""
     return None
 
 

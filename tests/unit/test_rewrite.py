@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.rewrite import Turn, heuristic_rewrite, needs_context, salient_terms
+from app.core.rewrite import (
+    Turn,
+    heuristic_rewrite,
+    needs_context,
+    salient_terms,
+    unknown_entities,
+)
 
 INSURANCE = [
     Turn("user", "我上个月买了一份意外险，保额五十万。"),
@@ -79,3 +85,11 @@ def test_newer_turns_weigh_more_than_older_ones() -> None:
 def test_without_turns_nothing_is_invented() -> None:
     result = heuristic_rewrite("what about her?", [])
     assert (result.rewritten, result.changed) == ("what about her?", False)
+
+
+def test_unknown_entities_are_the_names_the_conversation_never_mentions() -> None:
+    known = "我上个月买了一份意外险。My sister Maria lives in Lisbon."
+    assert unknown_entities("摔伤在Berlin算意外险吗？", known) == ["Berlin"]
+    assert unknown_entities("Where does Maria live, in Lisbon?", known) == []
+    assert unknown_entities("Where does Maria live, in Porto?", known) == ["Porto"]
+    assert unknown_entities("摔伤算意外险吗？", known) == []

@@ -1,0 +1,123 @@
+"""Query rewriting (`POST /v1/rewrite`, and the rewrite stage of recall and context): a
+follow-up that leans on the conversation becomes a standalone question from the session's
+last turns.
+
+With an LLM configured, the model writes the standalone question; its answer is validated
+(not empty, no name the conversation never mentioned) and any failure falls back to the
+heuristic of `app/core/rewrite.py`, which is also what runs without an LLM. Only a query
+that needs its context is rewritten (pronouns, demonstratives, ellipsis): a self-contained
+one is returned as asked, and costs no LLM call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from app.core.rewrite import Rewrite, Turn, heuristic_rewrite, needs_context, unknown_entities
+from app.providers.llm import LLM, LLMError
+from app.schemas.rewrite import RewriteRequest, RewriteResponse
+from app.services.ingest import IngestService
+from app.services.search import SearchSpec
+
+log = logging.getLogger("strata.rewrite")
+
+# The turns a rewrite reads: a follow-up points at the last few, rarely further.
+REWRITE_TURNS = 8
+
+SYSTEM_PROMPT = """You rewrite a user's follow-up question into a standalone question.
+Use the conversation to resolve pronouns, demonstratives and omitted subjects. Keep the
+question's language (Chinese stays Chinese, English stays English) and its meaning; add
+nothing the conversation does not say. If the question is already standalone, return it
+unchanged. Answer with JSON only: {"rewritten": "<the standalone question>"}"""
+
+
+class _Answer(BaseModel):
+    rewritten: str = Field(min_length=1, max_length=2000)
+
+
+def _transcript(turns: Sequence[Turn]) -> str:
+    return "\n".join(f"{t.role}: {t.content}" for t in turns)
+
+
+class RewriteService:
+    def __init__(self, ingest: IngestService, llm: LLM | None) -> None:
+        self.ingest = ingest
+        self.llm = llm
+
+    async def rewrite(self, tenant_id: str, body: RewriteRequest) -> RewriteResponse:
+        # Reading the turns checks the session belongs to the user (404 otherwise).
+        turns = await self._turns(tenant_id, body.session_id, body.user_id, body.query)
+        result = await self.standalone(body.query, turns)
+        return RewriteResponse(
+            query=result.query,
+            rewritten=result.rewritten,
+            changed=result.changed,
+            method=result.method,
+            usage=result.usage,
+        )
+
+    async def for_search(self, spec: SearchSpec, /) -> Rewrite | None:
+        """The recall pipeline's rewriter: the turns are the spec's (context read them
+        already) or the session's newest; without a session there is nothing to resolve."""
+        if not needs_context(spec.query):
+            return None
+        if spec.turns is not None:
+            turns = list(spec.turns)
+        elif spec.session_id is not None:
+            turns = await self._turns(spec.tenant_id, spec.session_id, spec.user_id, spec.query)
+        else:
+            return None
+        result = await self.standalone(spec.query, turns)
+        return result if result.changed else None
+
+    async def standalone(self, query: str, turns: Sequence[Turn]) -> Rewrite:
+        """The LLM's rewrite when one is configured and its answer holds up, else the
+        heuristic's."""
+        if not turns or not needs_context(query):
+            return Rewrite(query, query, False, "none")
+        if self.llm is not None:
+            try:
+                result = await self.llm.complete_json(
+                    [
+                        {"role": "system", "content": SYSTEM_PROMPT},
+                        {
+                            "role": "user",
+                            "content": f"Conversation:\n{_transcript(turns)}\n\n"
+                            f"Follow-up question: {query}",
+                        },
+                    ],
+                    _Answer,
+                    purpose="rewrite",
+                )
+            except LLMError as exc:
+                log.warning("LLM rewrite failed (%s); using the heuristic", exc)
+            else:
+                rewritten = result.value.rewritten.strip()
+                invented = unknown_entities(rewritten, query + "\n" + _transcript(turns))
+                usage = result.usage.as_dict()
+                if rewritten and not invented:
+                    return Rewrite(query, rewritten, rewritten != query, "llm", usage=usage)
+                log.warning("LLM rewrite named %s, absent from the conversation", invented[:3])
+                fallback = heuristic_rewrite(query, turns)
+                return Rewrite(
+                    fallback.query,
+                    fallback.rewritten,
+                    fallback.changed,
+                    fallback.method,
+                    fallback.terms,
+                    usage,
+                )
+        return heuristic_rewrite(query, turns)
+
+    async def _turns(self, tenant_id: str, session_id: str, user_id: str, query: str) -> list[Turn]:
+        """The session's newest turns, without the query itself when it is the last one
+        (context asks about the message the user just sent)."""
+        session = await self.ingest.get_session(tenant_id, session_id, user_id)
+        recent = await self.ingest.recent(tenant_id, session, REWRITE_TURNS + 1)
+        turns = [Turn(m.role, m.content) for m in recent]
+        if turns and turns[-1].role == "user" and turns[-1].content.strip() == query.strip():
+            turns = turns[:-1]
+        return turns[-REWRITE_TURNS:]
