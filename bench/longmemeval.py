@@ -4,9 +4,11 @@ back to haystack sessions. Reported: recall_all@5/@10 (every evidence session in
 the paper's metric) and recall_any@5/@10, beside in-process BM25-only, dense-only (the
 bundled USE encoder) and plain-RRF baselines over the same user-turn keys.
 
-Keys are USER turns, as in the paper: every turn is ingested (assistant turns are what a
-deployment holds, and the service indexes a turn with the turns before it), and a result
-counts only if one of its sources is a user turn (the client message id says which). The
+Keys are USER turns, as in the paper. By default (`--turns user`) only the user turns are
+ingested, so each key is indexed with the user turns before it as context; `--turns all`
+ingests every turn as a deployment would hold it (assistant replies are ~7x longer than user
+turns, so indexing is ~6x slower) and a result counts only if one of its sources is a user
+turn (recall answers `sources[].message_id`, the client id, which says which turn it was). The
 sessions' order is the order of their first user-turn result. A fixed sample of non-abstention
 questions (`random.Random(seed).sample` over ids not ending in `_abs`, file order) is used;
 `--questions N` takes the first N of that sample, so a quick run is a subset of the full one.
@@ -88,7 +90,7 @@ def parse_date(text: str) -> datetime:
     return datetime.strptime(text.strip(), DATE_FORMAT).replace(tzinfo=UTC)
 
 
-def load(path: Path, n: int, seed: int) -> tuple[list[Item], JSON]:
+def load(path: Path, n: int, seed: int, keep: str) -> tuple[list[Item], JSON]:
     with lzma.open(path, "rt", encoding="utf-8") as f:
         data: list[JSON] = json.load(f)
     pool = [q for q in data if not str(q["question_id"]).endswith("_abs")]
@@ -103,6 +105,8 @@ def load(path: Path, n: int, seed: int) -> tuple[list[Item], JSON]:
             kept: list[Turn] = []
             for ti, t in enumerate(turns):
                 content = str(t["content"])
+                if keep == "user" and t["role"] != "user":
+                    continue
                 if not content.strip():
                     skipped_blank += 1
                     continue
@@ -131,6 +135,7 @@ def load(path: Path, n: int, seed: int) -> tuple[list[Item], JSON]:
         "non_abstention": len(pool),
         "sample": f"random.Random({seed}).sample(non-abstention, {SAMPLE})[:{n}]",
         "questions": len(items),
+        "turns_ingested": keep,
         "blank_turns_skipped": skipped_blank,
         "turns_truncated": truncated,
     }
@@ -282,13 +287,14 @@ def print_table(rows: dict[str, JSON]) -> None:
 async def main_async(args: argparse.Namespace) -> int:
     facts = machine_facts()
     print_machine(facts)
-    items, info = load(args.data, args.questions, args.seed)
+    items, info = load(args.data, args.questions, args.seed, args.turns)
     n_turns = sum(len(s.turns) for i in items for s in i.sessions)
     n_user = sum(1 for i in items for s in i.sessions for t in s.turns if t.role == "user")
     print(
         f"LongMemEval_S: {info['questions']} questions ({info['sample']}; abstention questions "
         f"excluded), {sum(len(i.sessions) for i in items)} sessions, {n_turns} turns "
-        f"({n_user} user turns); {info['blank_turns_skipped']} blank turns skipped, "
+        f"({n_user} user turns; ingested: {args.turns} turns); "
+        f"{info['blank_turns_skipped']} blank turns skipped, "
         f"{info['turns_truncated']} truncated to {MAX_CONTENT} characters"
     )
     types = Counter(i.question_type for i in items)
@@ -390,6 +396,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--questions", type=int, default=SAMPLE, help=f"first N of the sample (≤ {SAMPLE})"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--turns",
+        choices=("user", "all"),
+        default="user",
+        help="ingest only the user turns (the keys) or every turn",
+    )
     p.add_argument("--top-k", type=int, default=200, help="results per recall (1..200)")
     p.add_argument("--batch", type=int, default=1000, help="messages per ingest call")
     p.add_argument("--concurrency", type=int, default=4)
