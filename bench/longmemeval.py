@@ -95,7 +95,7 @@ def load(path: Path, n: int, seed: int, keep: str) -> tuple[list[Item], JSON]:
         data: list[JSON] = json.load(f)
     pool = [q for q in data if not str(q["question_id"]).endswith("_abs")]
     chosen = random.Random(seed).sample(pool, min(SAMPLE, len(pool)))[:n]
-    skipped_blank = truncated = 0
+    skipped_blank = truncated = empty_sessions = 0
     items: list[Item] = []
     for qi, q in enumerate(chosen):
         sessions: list[HaySession] = []
@@ -114,6 +114,9 @@ def load(path: Path, n: int, seed: int, keep: str) -> tuple[list[Item], JSON]:
                     truncated += 1
                     content = content[:MAX_CONTENT]
                 kept.append(Turn(f"t{ti}", t["role"], content))
+            if not kept:  # a session with no turn to ingest is never created
+                empty_sessions += 1
+                continue
             sessions.append(HaySession(hid, f"lme{qi}-s{si}", parse_date(date), kept))
         last = max(s.created_at for s in sessions)
         as_of = max(parse_date(q["question_date"]), last) + timedelta(minutes=1)
@@ -138,6 +141,7 @@ def load(path: Path, n: int, seed: int, keep: str) -> tuple[list[Item], JSON]:
         "turns_ingested": keep,
         "blank_turns_skipped": skipped_blank,
         "turns_truncated": truncated,
+        "sessions_without_turns": empty_sessions,
     }
     return items, info
 
@@ -295,7 +299,8 @@ async def main_async(args: argparse.Namespace) -> int:
         f"excluded), {sum(len(i.sessions) for i in items)} sessions, {n_turns} turns "
         f"({n_user} user turns; ingested: {args.turns} turns); "
         f"{info['blank_turns_skipped']} blank turns skipped, "
-        f"{info['turns_truncated']} truncated to {MAX_CONTENT} characters"
+        f"{info['turns_truncated']} truncated to {MAX_CONTENT} characters; "
+        f"{info['sessions_without_turns']} sessions without such turns left out"
     )
     types = Counter(i.question_type for i in items)
     print("question types: " + ", ".join(f"{t} {c}" for t, c in sorted(types.items())))

@@ -65,7 +65,8 @@ class Encoder:
         self.cache: dict[str, NDArray[np.float32]] = {}
 
     def encode(self, texts: Sequence[str], batch: int = 64) -> Matrix:
-        todo = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        # By length: a batch is padded to its longest text, so mixing lengths costs a lot.
+        todo = sorted((t for t in dict.fromkeys(texts) if t not in self.cache), key=len)
         for start in range(0, len(todo), batch):
             part = todo[start : start + batch]
             vecs = np.asarray(self.model.encode(part), dtype=np.float32)
