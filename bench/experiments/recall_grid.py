@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchlib import JSON, fmt, write_json
+from benchlib import JSON, write_json
 from locomo import load_conversations
 from retrieval import Encoder
 
@@ -55,6 +55,12 @@ CHANGE = re.compile(
     r"stopped|quit|now)\b",
     re.IGNORECASE,
 )
+
+
+def asks_only(t: Turn) -> bool:
+    """An assistant turn that is a short question and states nothing."""
+    text = t.content.strip()
+    return t.role == "assistant" and text.endswith(("?", "？")) and len(terms.tokenize(text)) <= 4
 
 
 def language(text: str) -> str:
@@ -94,6 +100,7 @@ class Corpus:
     importance: Vec = field(init=False)
     short: Vec = field(init=False)
     change: Vec = field(init=False)
+    asks: Vec = field(init=False)
 
     def build(self, encoder: Encoder) -> Corpus:
         s = SETTINGS
@@ -126,6 +133,7 @@ class Corpus:
         self.importance = np.array([chunking.heuristic_importance(t.content) for t in self.turns])
         self.short = np.array([len(terms.tokenize(t.content)) for t in self.turns], dtype=float)
         self.change = np.array([1.0 if CHANGE.search(t.content) else 0.0 for t in self.turns])
+        self.asks = np.array([1.0 if asks_only(t) else 0.0 for t in self.turns])
         return self
 
     def idf(self, tid: int) -> float:
@@ -198,6 +206,8 @@ class Variant:
     # (a) low-information turns (≤ short_terms index terms): fused score × (1 − short_penalty)
     short_penalty: float = 0.0
     short_terms: int = 3
+    # (a) an assistant turn that only asks ("How do you like it?"): fused score × (1 − p)
+    question_penalty: float = 0.0
     # (d) a newer turn that states a change, similar to a higher-ranked older one, goes above it
     change_promote: bool = False
     change_sim: float = 0.5
@@ -247,6 +257,8 @@ def rank(
         rrf_norm = rrf_norm * (1 - v.own_penalty * (1 - np.clip(own, 0, 1)))
     if v.short_penalty:
         rrf_norm = rrf_norm * np.where(c.short[cand] <= v.short_terms, 1 - v.short_penalty, 1.0)
+    if v.question_penalty:
+        rrf_norm = rrf_norm * np.where(c.asks[cand] > 0, 1 - v.question_penalty, 1.0)
     relevance = calibrate(f)[cand] if calibrate is not None else rrf_norm
     key_sem = (1 - v.relevance_mix) * rrf_norm + v.relevance_mix * relevance
     days = np.maximum(0.0, (as_of - np.array([c.turns[i].created_at for i in cand])) / 86400)
@@ -398,14 +410,16 @@ def bilingual_sets(path: Path) -> tuple[dict[str, list[Turn]], list[Query]]:
     return users, queries
 
 
-def readme_example() -> tuple[dict[str, list[Turn]], list[Query]]:
-    """Issue (a): the README's three turns; m1 carries its own past time, the rest 'now'."""
+def readme_example(speaker: str = "user") -> tuple[dict[str, list[Turn]], list[Query]]:
+    """Issue (a): the README's three turns; m1 carries its own past time, the rest 'now'.
+    `speaker` is the name the user's lines carry (the service uses the role without a
+    `metadata.name`)."""
     now = datetime(2026, 11, 30, 12, tzinfo=UTC).timestamp()
     m1 = datetime.fromisoformat("2025-05-03T10:00:00+01:00").timestamp()
     turns = [
-        Turn("m1", "chat-1", "user", "user: I moved to Lisbon last May.", "", m1),
+        Turn("m1", "chat-1", "user", f"{speaker}: I moved to Lisbon last May.", "", m1),
         Turn("m2", "chat-1", "assistant", "assistant: How do you like it?", "", now),
-        Turn("m3", "chat-1", "user", "user: 我很喜欢这里的海鲜。", "", now),
+        Turn("m3", "chat-1", "user", f"{speaker}: 我很喜欢这里的海鲜。", "", now),
     ]
     turns = [replace(t, content=t.line.split(": ", 1)[1]) for t in turns]
     return {"ana": turns}, [Query("ana", "ana", "Where does Ana live?", ["m1"], "a", now)]
@@ -519,6 +533,56 @@ def bilingual_metrics(p: Prepared, res: dict[str, tuple[list[str], list[float]]]
     return out
 
 
+def relevance_study(bi: Prepared, lo: Prepared, v: Variant, cal: Calibrator | None) -> JSON:
+    """The reported relevance of no-match questions' top result against that of evidence
+    found in the top 10: AUC, and the share of evidence kept by a threshold that empties
+    80% / 90% of the no-match questions (bilingual set; LoCoMo evaluation questions)."""
+    res = run(bi, v, cal)
+    nm = [res[q.id][1][0] if res[q.id][1] else 0.0 for q in bi.queries if q.category == "no_match"]
+    ans = [q for q in bi.queries if q.category != "no_match"]
+    n_ev = sum(len(q.evidence) for q in ans)
+    ev = [
+        res[q.id][1][res[q.id][0].index(e)]
+        for q in ans
+        for e in q.evidence
+        if e in res[q.id][0][:10]
+    ]
+    lo_res = run(lo, v, cal)
+    lo_n = sum(len(q.evidence) for q in lo.queries)
+    lo_ev = [
+        lo_res[q.id][1][lo_res[q.id][0].index(e)]
+        for q in lo.queries
+        for e in q.evidence
+        if e in lo_res[q.id][0][:10]
+    ]
+    auc = float(np.mean([[1.0 if e > n else 0.5 if e == n else 0.0 for n in nm] for e in ev]))
+    t80, t90 = float(np.percentile(nm, 80)), float(np.percentile(nm, 90))
+    curve = [
+        {
+            "no_match_emptied": share / 100,
+            "t": (t := float(np.percentile(nm, share))),
+            "bilingual_R@10_kept": sum(x > t for x in ev) / n_ev,
+            "locomo_R@10_kept": sum(x > t for x in lo_ev) / lo_n,
+        }
+        for share in (10, 25, 50, 75, 90)
+    ]
+    return {
+        "curve": curve,
+        "bilingual_R@10": len(ev) / n_ev,
+        "locomo_R@10": len(lo_ev) / lo_n,
+        "auc": auc,
+        "no_match_top": [float(np.percentile(nm, x)) for x in (10, 50, 80, 90, 100)],
+        "evidence_in_top10": [float(np.percentile(ev, x)) for x in (10, 25, 50, 90)],
+        "locomo_evidence_in_top10": [float(np.percentile(lo_ev, x)) for x in (10, 25, 50, 90)],
+        "t80": t80,
+        "t90": t90,
+        "kept80": sum(x > t80 for x in ev) / n_ev,
+        "kept90": sum(x > t90 for x in ev) / n_ev,
+        "lo_kept80": sum(x > t80 for x in lo_ev) / lo_n,
+        "lo_kept90": sum(x > t90 for x in lo_ev) / lo_n,
+    }
+
+
 def summary_line(row: JSON) -> str:
     lo, b = row["locomo_eval"], row["bilingual"]
     cats = " ".join(
@@ -530,7 +594,8 @@ def summary_line(row: JSON) -> str:
         f"{row['variant']:40s} LoCoMo R@10 {lo['R@10']:.3f} B1000 {lo['B1000']:.3f} | "
         f"bi R@10 {cats}; all R@1/5/10 {r['R@1']:.2f}/{r['R@5']:.2f}/{r['R@10']:.2f} | "
         f"new>old {b['newer_above_older']:.2f} fact>filler {b['fact_above_filler']:.2f} | "
-        f"README fact rank {row['readme_example_rank_of_fact']}"
+        f"README fact rank {row['readme_example_rank_of_fact']} "
+        f"(named {row['readme_example_rank_with_user_id_as_speaker']})"
     )
 
 
@@ -554,6 +619,7 @@ def main() -> int:
     ev = Prepared(lo.corpus, [q for q in lo_queries if q.user not in fit_users], lo.feats)
     bi = prepare(*bilingual_sets(args.bilingual), encoder)
     ex = prepare(*readme_example(), encoder)
+    ex_named = prepare(*readme_example("ana"), encoder)
     print(
         f"prepared in {time.monotonic() - t0:.0f} s: LoCoMo fit {len(fit.queries)} / eval "
         f"{len(ev.queries)} questions, bilingual {len(bi.queries)}"
@@ -606,6 +672,8 @@ def main() -> int:
         Variant("relevance mix 1.0", relevance_mix=1.0),
         Variant("recency weight 0.15", w_recency=0.15),
         Variant("importance weight 0", w_importance=0.0),
+        Variant("asking-only assistant turn penalty 0.3", question_penalty=0.3),
+        Variant("asking-only assistant turn penalty 0.5", question_penalty=0.5),
     ]
     combos = [
         Variant(
@@ -635,12 +703,60 @@ def main() -> int:
             change_promote=True,
             change_sim=0.4,
         ),
+        Variant(
+            "C5: C4 + short 0.2 + asking 0.5 + mix 0.5",
+            cross_dense_weight=2.0,
+            own_penalty=0.5,
+            change_promote=True,
+            change_sim=0.4,
+            short_penalty=0.2,
+            question_penalty=0.5,
+            relevance_mix=0.5,
+        ),
+        Variant(
+            "C6: C5 with cross 3.0",
+            cross_dense_weight=3.0,
+            own_penalty=0.5,
+            change_promote=True,
+            change_sim=0.4,
+            short_penalty=0.2,
+            question_penalty=0.5,
+            relevance_mix=0.5,
+        ),
+        Variant(
+            "C7: C5, own judged by terms only",
+            cross_dense_weight=2.0,
+            own_penalty=0.5,
+            own_sparse_only=True,
+            change_promote=True,
+            change_sim=0.4,
+            short_penalty=0.2,
+            question_penalty=0.5,
+            relevance_mix=0.5,
+        ),
+        Variant(
+            "C8: C7 without mix (RRF order)",
+            cross_dense_weight=2.0,
+            own_penalty=0.5,
+            own_sparse_only=True,
+            change_promote=True,
+            change_sim=0.4,
+            short_penalty=0.2,
+            question_penalty=0.5,
+        ),
     ]
+    allc = Prepared(lo.corpus, lo_queries, lo.feats)
+    m_all = locomo_metrics(allc, run(allc, Variant("base"), None), line_tokens)
+    print(
+        f"reproduction on all 10 LoCoMo conversations: R@10 {m_all['R@10']:.3f} "
+        f"B1000 {m_all['B1000']:.3f} (service over HTTP, bench/README.md: 0.757 / 0.845)"
+    )
     rows = []
     for v in variants + combos:
         lo_res = run(ev, v, cal)
         bi_res = run(bi, v, cal)
         ex_res = run(ex, v, cal)
+        named_res = run(ex_named, v, cal)
         rows.append(
             {
                 "variant": v.name,
@@ -648,37 +764,35 @@ def main() -> int:
                 "locomo_eval": locomo_metrics(ev, lo_res, line_tokens),
                 "bilingual": bilingual_metrics(bi, bi_res),
                 "readme_example_rank_of_fact": first_rank(ex_res["ana"][0], ["m1"]),
+                "readme_example_rank_with_user_id_as_speaker": first_rank(
+                    named_res["ana"][0], ["m1"]
+                ),
             }
         )
         print(summary_line(rows[-1]))
-    # Calibrated relevance as the reported term: distributions for the threshold.
-    v = Variant("C1", cross_dense_weight=2.0, own_penalty=0.3, change_promote=True)
+    # Which reported relevance separates "nothing relevant" from evidence (issue b)?
+    v = next(x for x in combos if x.name.startswith("C7"))
     calibrated: JSON = {}
-    for name, cc in (("full", cal), ("service-feasible", cal2)):
-        b = bilingual_metrics(bi, run(bi, v, cc))
-        lo_b = run(ev, v, cc)
-        lo_ev = [
-            lo_b[q.id][1][lo_b[q.id][0].index(e)]
-            for q in ev.queries
-            for e in q.evidence
-            if e in lo_b[q.id][0][:10]
-        ]
-        b["locomo_evidence_in_top10"] = [float(np.percentile(lo_ev, x)) for x in (10, 25, 50, 90)]
-        calibrated[name] = b
+    candidates: list[tuple[str, Calibrator | None]] = [
+        ("rank-normalised RRF (today)", None),
+        ("logistic, 4 features", cal),
+        ("logistic, service-feasible", cal2),
+        ("cosine of the turn alone", lambda f: f.cos_turn),
+    ]
+    for name, cc in candidates:
+        calibrated[name] = relevance_study(bi, ev, v, cc)
+        m = calibrated[name]
         print(
-            f"calibrated relevance ({name}) on the bilingual set: no-match top p10/50/90 "
-            + "/".join(fmt(x, 3) for x in b["no_match_top"])
-            + "; answerable top "
-            + "/".join(fmt(x, 3) for x in b["answerable_top"])
-            + "; evidence in top 10 "
-            + "/".join(fmt(x, 3) for x in b["evidence_in_top10"])
-            + "; LoCoMo eval evidence in top 10 p10/25/50/90 "
-            + "/".join(fmt(x, 3) for x in b["locomo_evidence_in_top10"])
+            f"relevance {name:30s} AUC(evidence vs no-match top) bilingual {m['auc']:.3f}; "
+            f"t emptying 80%/90% of no-match {m['t80']:.4f}/{m['t90']:.4f} keeps evidence "
+            f"bilingual {m['kept80']:.2f}/{m['kept90']:.2f}, LoCoMo {m['lo_kept80']:.2f}/"
+            f"{m['lo_kept90']:.2f}"
         )
-        for t, m in b["thresholds"].items():
+        for point in m["curve"]:
             print(
-                f"  min_relevance {t}: no-match empty {m['no_match_empty']:.2f}, "
-                f"evidence kept in top 10 {m['R@10_kept']:.3f}"
+                f"    t {point['t']:.4f} empties {point['no_match_emptied']:.0%} of no-match; "
+                f"R@10 bilingual {m['bilingual_R@10']:.3f} -> {point['bilingual_R@10_kept']:.3f}, "
+                f"LoCoMo {m['locomo_R@10']:.3f} -> {point['locomo_R@10_kept']:.3f}"
             )
     write_json(
         args.out,
@@ -688,6 +802,7 @@ def main() -> int:
                 "weights_service": dict(zip([*FEATURES_SERVICE, "bias"], w2.tolist(), strict=True)),
                 "fit_questions": len(fit.queries),
             },
+            "reproduction_all_locomo": m_all,
             "rows": rows,
             "calibrated": calibrated,
         },
