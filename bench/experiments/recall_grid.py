@@ -151,6 +151,7 @@ class Features:
     cov_self: Vec  # IDF-weighted share of the query's terms found in the turn itself
     cov_chunk: Vec  # ... in the turn or its context
     cov_plain: Vec  # share of the query's distinct terms in the turn itself, no IDF
+    cov_plain_chunk: Vec  # ... in the turn or its context, no IDF
     qlang: str
     alive: NDArray[np.bool_]  # created at or before as_of
 
@@ -161,6 +162,7 @@ def features(c: Corpus, query: str, qvec: NDArray[np.float32], as_of: float) -> 
     cos_turn = (c.turn_dense @ qvec).astype(np.float64)
     qids = sorted({terms.term_id(t) for t in terms.tokenize(query)})
     sparse, cov_self, cov_chunk, plain = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    plain_chunk = np.zeros(n)
     idfs = {tid: c.idf(tid) for tid in qids}
     total = sum(idfs.values()) or 1.0
     for i in range(n):
@@ -169,6 +171,7 @@ def features(c: Corpus, query: str, qvec: NDArray[np.float32], as_of: float) -> 
             if tid in vec:
                 sparse[i] += idfs[tid] * vec[tid]
                 cov_chunk[i] += idfs[tid]
+                plain_chunk[i] += 1
             if tid in own:
                 cov_self[i] += idfs[tid]
                 plain[i] += 1
@@ -180,6 +183,7 @@ def features(c: Corpus, query: str, qvec: NDArray[np.float32], as_of: float) -> 
         cov_self / total,
         cov_chunk / total,
         plain / max(len(qids), 1),
+        plain_chunk / max(len(qids), 1),
         language(query),
         alive,
     )
@@ -211,6 +215,8 @@ class Variant:
     # (d) a newer turn that states a change, similar to a higher-ranked older one, goes above it
     change_promote: bool = False
     change_sim: float = 0.5
+    change_by_chunk_vectors: bool = False  # the stored (context-blended) vectors, not the turn's
+    plain_coverage: bool = False  # "own" from unweighted term shares (no per-user IDF needed)
     # weights of the composite score
     w_semantic: float = SETTINGS.weight_semantic
     w_recency: float = SETTINGS.weight_recency
@@ -247,9 +253,12 @@ def rank(
     cand, fused_arr = cand[keep], fused_arr[keep]
     rrf_norm = np.clip(fused_arr / best, 0, 1)
     if v.own_penalty:
-        own = f.cov_self[cand] / np.maximum(f.cov_chunk[cand], 1e-9) * (f.cov_chunk[cand] > 0)
+        num, den = (
+            (f.cov_plain, f.cov_plain_chunk) if v.plain_coverage else (f.cov_self, f.cov_chunk)
+        )
+        own = num[cand] / np.maximum(den[cand], 1e-9) * (den[cand] > 0)
         if v.own_sparse_only:
-            own = np.where(f.cov_chunk[cand] > 0, own, 1.0)
+            own = np.where(den[cand] > 0, own, 1.0)
         else:
             own = np.maximum(
                 own, np.clip(f.cos_turn[cand] / np.maximum(f.cos_chunk[cand], 1e-9), 0, 1)
@@ -268,11 +277,14 @@ def rank(
     score = ww.semantic * key_sem + ww.recency * recency + ww.importance * importance
     order = list(np.argsort(-score, kind="stable")[:top_k])
     if v.change_promote:
-        order = promote_changes(c, cand, order, v.change_sim)
+        vectors = c.chunk_dense if v.change_by_chunk_vectors else c.turn_dense
+        order = promote_changes(c, cand, order, v.change_sim, vectors)
     return [int(cand[j]) for j in order], [float(relevance[j]) for j in order]
 
 
-def promote_changes(c: Corpus, cand: NDArray[Any], order: list[Any], sim: float) -> list[Any]:
+def promote_changes(
+    c: Corpus, cand: NDArray[Any], order: list[Any], sim: float, vectors: NDArray[np.float32]
+) -> list[Any]:
     """(d): a result that states a change (改成/取消/instead/no longer…) and is newer than a
     similar result ranked above it is moved just above the highest such older result."""
     out = list(order)
@@ -285,7 +297,7 @@ def promote_changes(c: Corpus, cand: NDArray[Any], order: list[Any], sim: float)
             o = int(cand[out[p]])
             if (
                 c.turns[o].created_at < c.turns[i].created_at
-                and float(c.turn_dense[o] @ c.turn_dense[i]) >= sim
+                and float(vectors[o] @ vectors[i]) >= sim
             ):
                 out.insert(p, out.pop(pos))
                 break
@@ -323,6 +335,12 @@ def design_service(f: Features) -> Vec:
 SHIFT = 6.3
 FEATURES = ("cos_turn", "cos_chunk", "cov_self", "cov_chunk")
 FEATURES_SERVICE = ("cos_chunk", "cov_plain")
+FEATURES_PLAIN = ("cos_turn", "cos_chunk", "cov_plain", "cov_plain_chunk")
+
+
+def design_plain(f: Features) -> Vec:
+    """The four features with unweighted term shares: no per-user IDF needed at query time."""
+    return np.stack([f.cos_turn, f.cos_chunk, f.cov_plain, f.cov_plain_chunk], axis=1)
 
 
 def calibrator(w: Vec, make: Callable[[Features], Vec] = design) -> Calibrator:
@@ -584,6 +602,34 @@ def relevance_study(bi: Prepared, lo: Prepared, v: Variant, cal: Calibrator | No
     }
 
 
+def min_relevance_table(bi: Prepared, lo: Prepared, v: Variant, rel: Calibrator) -> list[JSON]:
+    """`min_relevance` as the service would apply it (results below it dropped before top_k):
+    no-match questions left empty, their results left in the top 10, R@10 kept."""
+    res, lo_res = run(bi, v, rel), run(lo, v, rel)
+    nm = [q for q in bi.queries if q.category == "no_match"]
+    ans = [q for q in bi.queries if q.category != "no_match"]
+    rows = []
+    for t in (0.0, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7):
+
+        def kept(r: tuple[list[str], list[float]], t: float = t) -> list[str]:
+            return [i for i, x in zip(*r, strict=True) if x >= t]
+
+        rows.append(
+            {
+                "min_relevance": t,
+                "no_match_empty": float(np.mean([not kept(res[q.id]) for q in nm])),
+                "no_match_results_in_top10": float(
+                    np.mean([len(kept(res[q.id])[:10]) for q in nm])
+                ),
+                "bilingual_R@10": float(np.mean([r_at(q, kept(res[q.id]), 10) for q in ans])),
+                "locomo_R@10": float(
+                    np.mean([r_at(q, kept(lo_res[q.id]), 10) for q in lo.queries])
+                ),
+            }
+        )
+    return rows
+
+
 def summary_line(row: JSON) -> str:
     lo, b = row["locomo_eval"], row["bilingual"]
     cats = " ".join(
@@ -631,13 +677,14 @@ def main() -> int:
         line_tokens.update({t.id: int(n) for t, n in zip(c.turns, counts, strict=True)})
 
     # Calibration: P(evidence | features) over each fit question's candidate pool.
-    xs, xs2, ys = [], [], []
+    xs, xs2, xs3, ys = [], [], [], []
     for q in fit.queries:
         f = fit.feats[q.id]
         c = fit.corpus[q.user]
         idx, _ = rank(c, f, Variant("base"), q.as_of, None, 50)
         xs.append(design(f)[idx])
         xs2.append(design_service(f)[idx])
+        xs3.append(design_plain(f)[idx])
         ids = [c.turns[i].id for i in idx]
         ys.append(np.array([1.0 if i in q.evidence else 0.0 for i in ids]))
     w = logistic_fit(np.vstack(xs), np.concatenate(ys))
@@ -654,6 +701,18 @@ def main() -> int:
         + f" + {w2[-1]:.3f}"
     )
     cal2 = calibrator(w2, design_service)
+    w3 = logistic_fit(np.vstack(xs3), np.concatenate(ys))
+    print(
+        "plain-coverage calibration logit = "
+        + " + ".join(f"{b:.3f}·{n}" for b, n in zip(w3[:-1], FEATURES_PLAIN, strict=True))
+        + f" + {w3[-1]:.3f}"
+    )
+    cal3 = calibrator(w3, design_plain)
+
+    def shifted3(f: Features) -> Vec:
+        p_ = cal3(f)
+        out: Vec = 1 / (1 + np.exp(-(np.log(p_ / (1 - p_)) + SHIFT)))
+        return out
 
     variants = [
         Variant("service today (reproduction)"),
@@ -760,12 +819,39 @@ def main() -> int:
         f"reproduction on all 10 LoCoMo conversations: R@10 {m_all['R@10']:.3f} "
         f"B1000 {m_all['B1000']:.3f} (service over HTTP, bench/README.md: 0.757 / 0.845)"
     )
+    c5 = next(x for x in combos if x.name.startswith("C5"))
     rows = []
-    for v, cc in [(x, cal) for x in variants + combos] + [
-        (replace(x, name=x.name[:2] + " with σ(z + 6.3) in the mix"), shifted)
-        for x in combos
-        if x.relevance_mix
-    ]:
+    for v, cc in (
+        [(x, cal) for x in variants + combos]
+        + [
+            (replace(x, name=x.name[:2] + " with σ(z + 6.3) in the mix"), shifted)
+            for x in combos
+            if x.relevance_mix
+        ]
+        + [
+            (
+                replace(
+                    c5, name="C5σ, plain coverage (no IDF) in own + relevance", plain_coverage=True
+                ),
+                shifted3,
+            ),
+            (
+                replace(
+                    c5,
+                    name="C5σ, plain coverage, change by stored chunk vectors",
+                    plain_coverage=True,
+                    change_by_chunk_vectors=True,
+                ),
+                shifted3,
+            ),
+            (
+                replace(
+                    c5, name="C5σ, change by stored chunk vectors", change_by_chunk_vectors=True
+                ),
+                shifted,
+            ),
+        ]
+    ):
         lo_res = run(ev, v, cc)
         bi_res = run(bi, v, cc)
         ex_res = run(ex, v, cc)
@@ -792,6 +878,7 @@ def main() -> int:
         ("logistic, service-feasible", cal2),
         ("cosine of the turn alone", lambda f: f.cos_turn),
         ("σ(z + 6.3) of the 4-feature logistic", shifted),
+        ("σ(z + 6.3), plain coverage", shifted3),
     ]
     for name, rel in candidates:
         calibrated[name] = relevance_study(bi, ev, v, rel)
@@ -808,15 +895,27 @@ def main() -> int:
                 f"R@10 bilingual {m['bilingual_R@10']:.3f} -> {point['bilingual_R@10_kept']:.3f}, "
                 f"LoCoMo {m['locomo_R@10']:.3f} -> {point['locomo_R@10_kept']:.3f}"
             )
+    thresholds: JSON = {}
+    for name, rel in (("four features", shifted), ("plain coverage", shifted3)):
+        thresholds[name] = min_relevance_table(bi, ev, c5, rel)
+        print(f"min_relevance with the C5σ ranking, relevance σ(z + 6.3) from {name}:")
+        for row in thresholds[name]:
+            print(
+                f"  {row['min_relevance']:.2f}: no-match empty {row['no_match_empty']:.2f}, "
+                f"results left {row['no_match_results_in_top10']:.1f}; R@10 bilingual "
+                f"{row['bilingual_R@10']:.3f}, LoCoMo {row['locomo_R@10']:.3f}"
+            )
     write_json(
         args.out,
         {
             "calibration": {
                 "weights": dict(zip([*FEATURES, "bias"], w.tolist(), strict=True)),
                 "weights_service": dict(zip([*FEATURES_SERVICE, "bias"], w2.tolist(), strict=True)),
+                "weights_plain": dict(zip([*FEATURES_PLAIN, "bias"], w3.tolist(), strict=True)),
                 "fit_questions": len(fit.queries),
             },
             "reproduction_all_locomo": m_all,
+            "min_relevance": thresholds,
             "rows": rows,
             "calibrated": calibrated,
         },
