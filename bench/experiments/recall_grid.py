@@ -553,11 +553,12 @@ def bilingual_metrics(p: Prepared, res: dict[str, tuple[list[str], list[float]]]
 
 
 def relevance_study(bi: Prepared, lo: Prepared, v: Variant, cal: Calibrator | None) -> JSON:
-    """The reported relevance of no-match questions' top result against that of evidence
+    """The reported relevance of no-match questions' best result against that of evidence
     found in the top 10: AUC, and the share of evidence kept by a threshold that empties
     80% / 90% of the no-match questions (bilingual set; LoCoMo evaluation questions)."""
     res = run(bi, v, cal)
-    nm = [res[q.id][1][0] if res[q.id][1] else 0.0 for q in bi.queries if q.category == "no_match"]
+    # A threshold empties a no-match question only if every result is below it: its best.
+    nm = [max(res[q.id][1], default=0.0) for q in bi.queries if q.category == "no_match"]
     ans = [q for q in bi.queries if q.category != "no_match"]
     n_ev = sum(len(q.evidence) for q in ans)
     ev = [
