@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 LOCOMO ?= ../shared/bench/locomo/locomo10.json
+LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
-.PHONY: install run worker test check fmt openapi bench clean
+.PHONY: install run worker test check fmt openapi bench bench-recall clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +42,9 @@ openapi: install
 
 bench: install  ## service levels and LoCoMo retrieval, on a fresh embedded server
 	bash bench/run.sh $(LOCOMO)
+
+bench-recall: install  ## the bilingual development set and LongMemEval_S (100 questions)
+	SUITES="bilingual longmemeval" LONGMEMEVAL=$(LONGMEMEVAL) bash bench/run.sh
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache .hypothesis

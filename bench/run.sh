@@ -2,11 +2,16 @@
 # Benchmarks of the service levels (docs/architecture.md §9) and LoCoMo against the embedded server: `make bench LOCOMO=/path`.
 #
 #   bench/run.sh [path/to/locomo10.json]       (or LOCOMO=path bench/run.sh)
+#   SUITES="bilingual longmemeval" LONGMEMEVAL=path bench/run.sh    (`make bench-recall`)
+#
+# SUITES picks what runs (default "latency locomo"): latency, locomo, bilingual (the
+# development set in bench/data/), longmemeval (LONGMEMEVAL=path/to/longmemeval_s*.json.xz).
 #
 # Each benchmark gets its own server process on a free 127.0.0.1 port with a fresh temporary
 # data dir, so one benchmark's data and warm caches never colour the other's. Results (JSON, the
 # printed report and the server log) go to bench/results/, which is gitignored.
-# Extra arguments: LATENCY_ARGS="--memories 5000" LOCOMO_ARGS="--conversations 2".
+# Extra arguments: LATENCY_ARGS="--memories 5000" LOCOMO_ARGS="--conversations 2"
+# BILINGUAL_ARGS=... LONGMEMEVAL_ARGS="--questions 10".
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +19,8 @@ cd "$ROOT"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 [[ -x "$PY" ]] || PY="$(command -v python3)"
 LOCOMO_PATH="${1:-${LOCOMO:-}}"
+LONGMEMEVAL_PATH="${LONGMEMEVAL:-}"
+SUITES=" ${SUITES:-latency locomo} "
 RESULTS="$ROOT/bench/results"
 STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 READY_TIMEOUT=180
@@ -74,22 +81,48 @@ EOF
 
 status=0
 
-start_server latency
-# shellcheck disable=SC2086  # word splitting of the extra arguments is intended
-"$PY" bench/latency.py --url "http://127.0.0.1:$PORT" --pid "$SERVER_PID" \
-    --out "$RESULTS/latency-$STAMP.json" ${LATENCY_ARGS:-} |
-    tee "$RESULTS/latency-$STAMP.txt" || status=1
-stop_server
-
-if [[ -n "$LOCOMO_PATH" && -f "$LOCOMO_PATH" ]]; then
-    start_server locomo
-    # shellcheck disable=SC2086
-    "$PY" bench/locomo.py --data "$LOCOMO_PATH" --url "http://127.0.0.1:$PORT" \
-        --out "$RESULTS/locomo-$STAMP.json" ${LOCOMO_ARGS:-} |
-        tee "$RESULTS/locomo-$STAMP.txt" || status=1
+if [[ "$SUITES" == *" latency "* ]]; then
+    start_server latency
+    # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
+    "$PY" bench/latency.py --url "http://127.0.0.1:$PORT" --pid "$SERVER_PID" \
+        --out "$RESULTS/latency-$STAMP.json" ${LATENCY_ARGS:-} |
+        tee "$RESULTS/latency-$STAMP.txt" || status=1
     stop_server
-else
-    echo "LoCoMo skipped: pass the path to locomo10.json (argument or LOCOMO=...)"
+fi
+
+if [[ "$SUITES" == *" locomo "* ]]; then
+    if [[ -n "$LOCOMO_PATH" && -f "$LOCOMO_PATH" ]]; then
+        start_server locomo
+        # shellcheck disable=SC2086
+        "$PY" bench/locomo.py --data "$LOCOMO_PATH" --url "http://127.0.0.1:$PORT" \
+            --out "$RESULTS/locomo-$STAMP.json" ${LOCOMO_ARGS:-} |
+            tee "$RESULTS/locomo-$STAMP.txt" || status=1
+        stop_server
+    else
+        echo "LoCoMo skipped: pass the path to locomo10.json (argument or LOCOMO=...)"
+    fi
+fi
+
+if [[ "$SUITES" == *" bilingual "* ]]; then
+    start_server bilingual
+    # shellcheck disable=SC2086
+    "$PY" bench/bilingual.py --url "http://127.0.0.1:$PORT" \
+        --out "$RESULTS/bilingual-$STAMP.json" ${BILINGUAL_ARGS:-} |
+        tee "$RESULTS/bilingual-$STAMP.txt" || status=1
+    stop_server
+fi
+
+if [[ "$SUITES" == *" longmemeval "* ]]; then
+    if [[ -n "$LONGMEMEVAL_PATH" && -f "$LONGMEMEVAL_PATH" ]]; then
+        start_server longmemeval
+        # shellcheck disable=SC2086
+        "$PY" bench/longmemeval.py --data "$LONGMEMEVAL_PATH" --url "http://127.0.0.1:$PORT" \
+            --out "$RESULTS/longmemeval-$STAMP.json" ${LONGMEMEVAL_ARGS:-} |
+            tee "$RESULTS/longmemeval-$STAMP.txt" || status=1
+        stop_server
+    else
+        echo "LongMemEval skipped: LONGMEMEVAL=path/to/longmemeval_s_cleaned_498.json.xz"
+    fi
 fi
 
 echo "results in $RESULTS (*-$STAMP.*); exit status $status"
