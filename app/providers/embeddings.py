@@ -67,15 +67,25 @@ class LocalUSE:
         if not texts:
             return []
         loop = asyncio.get_running_loop()
+        # A batch is padded to its longest text: one 15,000-character turn among 63 short
+        # ones made a batch take 15.3 s instead of 2.1 s. Batches of like lengths, then the
+        # caller's order back.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        ordered = [texts[i] for i in order]
         if not bulk:
-            return await loop.run_in_executor(self._queries, self._encode, list(texts))
-        parts = [
-            list(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)
-        ]
-        done = await asyncio.gather(
-            *(loop.run_in_executor(self._bulk, self._encode, part) for part in parts)
-        )
-        return [vector for part in done for vector in part]
+            vectors = await loop.run_in_executor(self._queries, self._encode, ordered)
+        else:
+            parts = [
+                ordered[i : i + self.batch_size] for i in range(0, len(ordered), self.batch_size)
+            ]
+            done = await asyncio.gather(
+                *(loop.run_in_executor(self._bulk, self._encode, part) for part in parts)
+            )
+            vectors = [vector for part in done for vector in part]
+        out: list[list[float]] = [[] for _ in texts]
+        for position, index in enumerate(order):
+            out[index] = vectors[position]
+        return out
 
     async def close(self) -> None:
         self._queries.shutdown(wait=False, cancel_futures=True)
