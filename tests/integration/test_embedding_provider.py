@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from tests.conftest import Running, embedded_settings, post_messages, recall, turn
+from tests.stubs import serve
 
 DIM = 8
 
@@ -45,20 +43,8 @@ def stub_app(calls: list[list[str]]) -> FastAPI:
 @pytest.fixture
 async def stub_url() -> AsyncIterator[tuple[str, list[list[str]]]]:
     calls: list[list[str]] = []
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(stub_app(calls), host="127.0.0.1", port=port, log_level="warning")
-    )
-    task = asyncio.create_task(server.serve())
-    for _ in range(200):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    yield f"http://127.0.0.1:{port}", calls
-    server.should_exit = True
-    await task
+    async with serve(stub_app(calls)) as url:
+        yield url, calls
 
 
 async def test_openai_compatible_embeddings_and_a_refused_message(

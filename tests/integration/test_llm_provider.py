@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -12,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
@@ -23,6 +21,7 @@ from app.providers.llm import (
     OpenAICompatibleLLM,
     retry_after_seconds,
 )
+from tests.stubs import serve
 
 
 class Answer(BaseModel):
@@ -69,21 +68,10 @@ def _stub_app(stub: Stub) -> FastAPI:
 
 @pytest.fixture
 async def stub() -> AsyncIterator[Stub]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    state = Stub(url=f"http://127.0.0.1:{port}")
-    server = uvicorn.Server(
-        uvicorn.Config(_stub_app(state), host="127.0.0.1", port=port, log_level="warning")
-    )
-    task = asyncio.create_task(server.serve())
-    for _ in range(500):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    yield state
-    server.should_exit = True
-    await task
+    state = Stub(url="")
+    async with serve(_stub_app(state)) as url:
+        state.url = url
+        yield state
 
 
 def _llm(url: str, *, timeout: float = 5.0, attempts: int = 3) -> OpenAICompatibleLLM:

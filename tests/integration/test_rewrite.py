@@ -3,19 +3,17 @@ heuristic and with an LLM (a local OpenAI-compatible stub server)."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from tests.conftest import Running, embedded_settings, post_messages, turn
+from tests.stubs import serve
 
 INSURANCE_CHAT = [
     turn("我上个月买了一份意外险，保额五十万。", id="ins"),
@@ -141,22 +139,8 @@ def _llm_stub(answers: list[Any], prompts: list[str]) -> FastAPI:
 async def llm_stub() -> AsyncIterator[tuple[str, list[Any], list[str]]]:
     answers: list[Any] = []
     prompts: list[str] = []
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            _llm_stub(answers, prompts), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
-    task = asyncio.create_task(server.serve())
-    for _ in range(500):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    yield f"http://127.0.0.1:{port}", answers, prompts
-    server.should_exit = True
-    await task
+    async with serve(_llm_stub(answers, prompts)) as url:
+        yield url, answers, prompts
 
 
 async def test_llm_rewrite_is_used_validated_and_falls_back(
