@@ -150,6 +150,15 @@ class PayloadTooLarge(AppError):
     description = "The body is larger than the server accepts."
 
 
+class ScratchpadTooLarge(PayloadTooLarge):
+    code = "scratchpad_too_large"
+    title = "Scratchpad too large"
+    description = "The scratchpad's `data`, serialised as JSON, exceeds the server's limit."
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"data serialises to {size} bytes of JSON; the limit is {limit}")
+
+
 class UnsupportedMediaType(AppError):
     status = 415
     code = "unsupported_media_type"
@@ -185,7 +194,10 @@ class InvalidCursor(InvalidInput):
 class TokenBudgetTooSmall(InvalidInput):
     code = "token_budget_too_small"
     title = "Token budget too small"
-    description = "The system prompt and the last user message alone exceed `token_budget`."
+    description = (
+        "The system prompt alone, with the bare minimum of the last user message (its "
+        "speaker and an ellipsis), exceeds `token_budget`."
+    )
 
 
 class EmbeddingRejected(AppError):

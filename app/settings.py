@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -63,7 +63,17 @@ class Settings(BaseSettings):
 
     # Buffer (L2).
     buffer_window: int = Field(default=100, ge=1, le=10_000)
-    buffer_ttl_seconds: int = Field(default=6 * 3600, ge=60)
+    buffer_ttl_seconds: int = Field(
+        default=6 * 3600,
+        ge=60,
+        description="a session's window and scratchpad expire after this long without activity",
+    )
+    scratchpad_max_bytes: int = Field(
+        default=16_384,
+        ge=256,
+        le=1_048_576,
+        description="the largest scratchpad, as serialised JSON; a larger one is a 413",
+    )
 
     # Embeddings.
     embedder: Literal["use-m3", "openai"] = "use-m3"
@@ -152,6 +162,21 @@ class Settings(BaseSettings):
 
     # Context.
     tokenizer: Literal["o200k_base", "cl100k_base"] = "o200k_base"
+    context_shares: dict[str, float] = Field(
+        default_factory=lambda: {"recent_messages": 0.5},
+        description="per context section, the share of the budget (after the system prompt "
+        "and the last user message) it may take in its turn, before the lower-priority "
+        "sections; what they leave flows back. JSON, e.g. "
+        '{"recent_messages": 0.5, "memories": 0.3}',
+    )
+
+    @field_validator("context_shares")
+    @classmethod
+    def _shares_in_range(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, share in value.items():
+            if not 0 <= share <= 1:
+                raise ValueError(f"the share of {name!r} must lie in [0, 1], not {share}")
+        return value
 
     @cached_property
     def sqlite_path(self) -> Path:

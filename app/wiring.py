@@ -20,6 +20,7 @@ from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
+from app.services.scratchpad import ScratchpadService
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class Services:
     health: HealthService
     jobs: JobService
     rewrite: RewriteService
+    scratchpad: ScratchpadService
 
 
 def build_services(resources: Resources) -> Services:
@@ -38,16 +40,25 @@ def build_services(resources: Resources) -> Services:
     ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
     rewrite = RewriteService(ingest, r.llm)
     recall = RecallService(r.db, r.vectors, r.embedder, r.settings, rewriter=rewrite.for_search)
+    scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder),
         recall=recall,
-        context=ContextService(ingest, recall, r.tokens, window=r.settings.buffer_window),
+        context=ContextService(
+            ingest,
+            recall,
+            scratchpad,
+            r.tokens,
+            window=r.settings.buffer_window,
+            shares=r.settings.context_shares,
+        ),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
         ),
         jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
         rewrite=rewrite,
+        scratchpad=scratchpad,
     )
 
 

@@ -23,10 +23,12 @@ router = APIRouter(prefix="/v1/sessions", tags=["context"])
 @router.post(
     "/{session_id}/context",
     summary="The context that fits the token budget",
-    description="System prompt, the newest turns verbatim and the memories recalled for "
-    "`query` (default: the last user message), packed so that `tokens.total <= "
-    "token_budget`. The last user message is always included; a budget too small for it "
-    "and the system prompt is a 422 `token_budget_too_small`.",
+    description="System prompt, working memory (the scratchpad), the newest turns verbatim "
+    "and the memories recalled for `query` (default: the last user message), packed so "
+    "that `tokens.total <= token_budget`. The last user message is always included: "
+    "verbatim when it fits, otherwise with its middle elided, reported in `truncated`. "
+    "Only a system prompt that does not fit (with the bare minimum of that message) is a "
+    "422 `token_budget_too_small`.",
     response_model=ContextResponse,
     responses=problem_responses(
         BadRequest,

@@ -5,24 +5,53 @@ in order of priority. The invariant callers rely on: the rendered `text` never c
 than `budget` tokens. Items are chosen with per-item counts (cheap, batched), then the whole
 text is counted once more, exactly, because BPE counts are not additive across joins; while
 it is over, an item of the least important section goes. Required items (the system prompt,
-the last user message) are never dropped: if they alone do not fit, the budget is too small
-and the caller says so.
+the last user message) are never dropped. A required item of a section that is not `whole`
+may be cut instead: when the required items alone do not fit, its middle is elided (head
+and tail kept, `… [n tokens elided] …` between them) until they do, and `Packed.truncated`
+says which. Only when the `whole` items and the bare minimum of the others (their prefix and
+an ellipsis) do not fit is the budget too small, and the caller says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 Counter = Callable[[Sequence[str]], list[int]]
 
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One line of the context: `text` is exactly what gets rendered (after the bullet)."""
+    """One line of the context: `text` is exactly what gets rendered (after the bullet).
+
+    `prefix`: how many leading characters survive any elision (a speaker's `user: `).
+    """
 
     key: int
     text: str
+    prefix: int = 0
+
+
+ELLIPSIS = "…"
+
+
+def elision_mark(tokens: int) -> str:
+    return f"… [{tokens} tokens elided] …"
+
+
+def elide(item: Item, keep: int, count: Counter) -> Item:
+    """`item` with only `keep` characters of its body (after the prefix) left, half from the
+    head and half from the tail, and a mark saying how many tokens went between them."""
+    body = len(item.text) - item.prefix
+    if keep >= body:
+        return item
+    head_end = item.prefix + keep - keep // 2
+    tail_start = len(item.text) - keep // 2
+    head, tail = item.text[:head_end], item.text[tail_start:]
+    mark = elision_mark(count([item.text[head_end:tail_start]])[0])
+    head_join = " " if head_end > item.prefix else ""
+    tail_join = " " if tail else ""
+    return Item(item.key, f"{head}{head_join}{mark}{tail_join}{tail}", item.prefix)
 
 
 class BudgetTooSmall(Exception):
@@ -38,9 +67,11 @@ class Section:
 
     - `items` are in the order they are rendered: a ranked list best first, a conversation
       oldest first. Each renders as one line, `bullet + text`, under `head`.
-    - `required`: the index of an item that is never dropped (the last user message);
-      `whole`: every item is required (the system prompt). Required items form the base; a
-      budget smaller than the base raises `BudgetTooSmall`.
+    - `required`: the index of an item that is never dropped (the last user message); its
+      middle is elided when the base does not fit, down to at most `share` of what the
+      budget leaves after the rest of the base (so the other sections keep room).
+      `whole`: every item is required and never cut (the system prompt). Required items
+      form the base; a budget smaller than the base at its shortest raises `BudgetTooSmall`.
     - `share`: in its priority turn the section takes at most this share of the budget left
       after the base; once every section has had its turn, it takes what they left.
     - `conversation`: filled newest first and kept as one unbroken run up to the newest
@@ -70,6 +101,14 @@ class Packed:
     text: str
     tokens: dict[str, int]  # per section, then `total` = the count of `text`
     dropped: dict[str, int]  # per section that can lose items (not `whole` ones)
+    truncated: dict[str, list[int]]  # keys of the items kept with their middle elided
+
+
+def _cuttable(sections: Sequence[Section]) -> list[tuple[int, int]]:
+    """(section, item) of the required items that may lose their middle: not `whole` ones."""
+    return [
+        (k, s.required) for k, s in enumerate(sections) if s.required is not None and not s.whole
+    ]
 
 
 def render(sections: Sequence[Section], kept: Sequence[Sequence[int]]) -> str:
@@ -91,8 +130,20 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
     required = [s.required_items() for s in sections]
     base_text = render(sections, [sorted(r) for r in required])
     base = count([base_text])[0] if base_text else 0
+    cut, fraction = _Cut(sections, count), 1.0
     if base > budget:
-        raise BudgetTooSmall(base, budget)
+        # Cut to the bare minimum, the required items must fit, or the budget is too small.
+        # Then they keep as much as fits within their sections' tightest share of what the
+        # rest of the base leaves; what the other sections leave comes back at the end.
+        base_kept = [sorted(r) for r in required]
+        minimal = min(base, cut.cost(-1.0, base_kept))
+        if not cut.cuttable or minimal > budget:
+            raise BudgetTooSmall(minimal, budget)
+        shares = [x for k, _ in cut.cuttable if (x := sections[k].share) is not None]
+        target = minimal + int((budget - minimal) * min(shares, default=1.0))
+        fraction = cut.largest(base_kept, target, -1.0)
+        sections = cut.at(fraction)
+        base = cut.cost(fraction, base_kept)
 
     optional = [
         [i for i in range(len(s.items)) if i not in required[k]] for k, s in enumerate(sections)
@@ -163,6 +214,12 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
         text = render(sections, kept)
         total = count([text])[0]
 
+    if fraction < 1 and total < budget:  # what the others left goes back to the cut items
+        fraction = cut.largest(kept, budget, fraction)
+        sections = cut.at(fraction)
+        text = render(sections, kept)
+        total = count([text])[0]
+
     blocks = [_block(s, kept[k]) for k, s in enumerate(sections)]
     counts = count(blocks) if blocks else []
     tokens = {s.name: counts[k] if kept[k] else 0 for k, s in enumerate(sections)}
@@ -174,7 +231,65 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
         dropped={
             s.name: len(s.items) - len(kept[k]) for k, s in enumerate(sections) if not s.whole
         },
+        truncated=cut.truncated(fraction) if fraction < 1 else {},
     )
+
+
+class _Cut:
+    """The cuttable required items of `sections`, each keeping the same fraction of its
+    body: -1 is the bare minimum (prefix and an ellipsis), 0 the prefix and the elision
+    mark, 1 the whole item."""
+
+    def __init__(self, sections: Sequence[Section], count: Counter) -> None:
+        self.sections = sections
+        self.count = count
+        self.cuttable = _cuttable(sections)
+
+    def at(self, fraction: float) -> list[Section]:
+        out = list(self.sections)
+        for k, i in self.cuttable:
+            item = self.sections[k].items[i]
+            body = len(item.text) - item.prefix
+            if fraction >= 0:
+                cut = elide(item, int(body * fraction), self.count)
+            elif body <= len(ELLIPSIS):
+                cut = item
+            else:
+                cut = Item(item.key, item.text[: item.prefix] + ELLIPSIS, item.prefix)
+            items = list(out[k].items)
+            items[i] = cut
+            out[k] = replace(out[k], items=items)
+        return out
+
+    def cost(self, fraction: float, kept: Sequence[Sequence[int]]) -> int:
+        text = render(self.at(fraction), kept)
+        return self.count([text])[0] if text else 0
+
+    def largest(self, kept: Sequence[Sequence[int]], target: int, lo: float) -> float:
+        """The largest fraction, from `lo` (known to fit) up, whose rendering of `kept`
+        counts at most `target`. BPE counts are nearly monotone in it, and the exact count
+        of each candidate decides, so a non-monotone step only costs a few characters."""
+        if lo < 0:
+            if self.cost(0.0, kept) > target:
+                return lo
+            lo = 0.0
+        hi = 1.0
+        longest = max(len(self.sections[k].items[i].text) for k, i in self.cuttable)
+        while (hi - lo) * longest > 1:  # to the character
+            mid = (lo + hi) / 2
+            if self.cost(mid, kept) <= target:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def truncated(self, fraction: float) -> dict[str, list[int]]:
+        cut = self.at(fraction)
+        out: dict[str, list[int]] = {}
+        for k, i in self.cuttable:
+            if cut[k].items[i] != self.sections[k].items[i]:
+                out.setdefault(self.sections[k].name, []).append(self.sections[k].items[i].key)
+        return out
 
 
 def _check(sections: Sequence[Section]) -> None:

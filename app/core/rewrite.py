@@ -59,6 +59,14 @@ _EN_NOT_SUBJECT = frozenset(
     years yes yesterday yet you're
     """.split()  # noqa: SIM905 (a word list reads best as words)
 )
+# Capitalised mid-sentence, yet never the person or thing a pronoun stands for: "cook for
+# her on Saturday" made "she" Saturday. ("May" is left out: it is also a name.)
+_EN_CALENDAR = frozenset(
+    """
+    monday tuesday wednesday thursday friday saturday sunday january february march april
+    june july august september october november december
+    """.split()  # noqa: SIM905
+)
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 # jieba tags kept as salient: nouns, names, places, organisations, other proper nouns,
 # verbal nouns, and Latin-script words inside Chinese text.
@@ -116,7 +124,9 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
             lower = word.lower()
             if lower in ENGLISH_STOPWORDS or lower in _EN_ANAPHORA or len(word) < 3:
                 continue
-            if lower in _EN_NOT_SUBJECT or (lower.endswith("ly") and len(lower) > 4):
+            if lower in _EN_NOT_SUBJECT or lower in _EN_CALENDAR or lower.endswith("n't"):
+                continue
+            if lower.endswith("ly") and len(lower) > 4:
                 continue
             # A capital inside a sentence marks a name; at its start it marks nothing.
             name = word[0].isupper() and i > 0
@@ -131,9 +141,11 @@ def salient_terms(turns: Sequence[Turn], *, exclude: str = "", k: int = MAX_TERM
     first_seen: dict[str, int] = {}
     excluded = exclude.lower()
     for distance, turn in enumerate(reversed(recent)):
-        # The user states what they care about; the assistant's replies mostly echo it.
+        # The user states what they care about; the assistant's replies mostly echo it,
+        # except the newest turn, whoever spoke it: that is what a follow-up answers
+        # ("Your accident plan might help." / "那摔伤算吗？").
         recency = 0.75**distance
-        speaker = 1.0 if turn.role == "user" else 0.5
+        speaker = 1.0 if turn.role == "user" or distance == 0 else 0.5
         for term, weight in _terms_of(turn.content):
             if term.lower() in excluded:
                 continue  # the query says it already

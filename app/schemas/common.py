@@ -69,6 +69,11 @@ def _metadata(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _json_object(value: dict[str, Any]) -> dict[str, Any]:
+    _json_value(value)
+    return value
+
+
 def _utc(value: datetime) -> datetime:
     try:
         return value.astimezone(UTC)
@@ -98,6 +103,11 @@ Metadata = Annotated[
     dict[str, Any],
     Field(max_length=64, description="free-form JSON object: up to 64 keys, 16 kB"),
     AfterValidator(_metadata),
+]
+JsonObject = Annotated[
+    dict[str, Any],
+    Field(description="a JSON object: valid text, integers within 64 bits, 8 levels at most"),
+    AfterValidator(_json_object),
 ]
 FilterValue = Annotated[
     str | Annotated[int, Field(ge=-INT64 - 1, le=INT64)] | bool,

@@ -50,6 +50,14 @@ class ContextResponse(BaseModel):
     token_budget: int
     tokenizer: str
     dropped: dict[str, int] = Field(description="items per section left out for the budget")
+    truncated: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description="items shown cut, per section: `recent_messages` lists the `seq` of the "
+        "last user message when it was too long for the budget and is shown with its middle "
+        "elided (`head … [n tokens elided] … tail`, within its section's share of the "
+        "budget, so the other sections keep room); `{}` when nothing was cut",
+        examples=[{"recent_messages": [42]}],
+    )
     rewritten_query: str | None = Field(
         default=None, description="the standalone query recall searched, when it was rewritten"
     )

@@ -11,13 +11,17 @@ rendered in this order as headed blocks, one line per item:
     ## Relevant memories      - [2024-06-05] content   (best first)
     ## Recent conversation    speaker: content   (oldest first)
 
-A section without items is not rendered. docs/seams.md shows how to add one.
+A section without items is not rendered. docs/seams.md shows how to add one. A last user
+message too long for the budget is shown with its middle elided and reported in
+`truncated`; only a system prompt that does not fit is a 422.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from app.core import packing
@@ -30,6 +34,7 @@ from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
 from app.services.ingest import IngestService
 from app.services.recall import RecallService
+from app.services.scratchpad import ScratchpadService
 from app.services.search import SearchSpec
 
 # Memories fetched for packing; the budget decides how many stay.
@@ -42,9 +47,10 @@ HEAD_SUMMARIES = "## Earlier, in summary"
 HEAD_MEMORIES = "## Relevant memories"
 HEAD_RECENT = "## Recent conversation"
 
-# Share of the free budget that recent turns may take before the other sections are packed;
-# what those leave unused flows back to older turns.
-RECENT_SHARE = 0.5
+# Per section, the share of the free budget it may take in its turn, before the sections of
+# lower priority are packed; what those leave unused flows back (`STRATA_CONTEXT_SHARES`).
+# Recent turns take at most half, so that memories keep room in a long conversation.
+DEFAULT_SHARES: Mapping[str, float] = {"recent_messages": 0.5}
 
 
 def layout(
@@ -56,20 +62,29 @@ def layout(
     memories: Sequence[str] = (),
     recent: Sequence[str] = (),
     last_user: int | None = None,
+    shares: Mapping[str, float] = DEFAULT_SHARES,
 ) -> list[packing.Section]:
     """The context's sections from their lines, in the order they are rendered.
 
     The system prompt and the last user message (`recent[last_user]`) are required. Then,
-    by priority: the newest turns up to `RECENT_SHARE` of what is left, the working memory,
+    by priority: the newest turns up to their share of what is left, the working memory,
     the profile, the memories, the summaries; older turns take what remains. Over budget
-    after the exact count, the summaries go first, the turns last.
+    after the exact count, the summaries go first, the turns last. A last user message that
+    does not fit keeps its speaker, head and tail, within its section's share.
     """
 
     def items(lines: Sequence[str]) -> list[packing.Item]:
         return [packing.Item(i, text) for i, text in enumerate(lines)]
 
+    def turns(lines: Sequence[str]) -> list[packing.Item]:
+        # `speaker: content`: an elided message keeps its speaker.
+        return [
+            packing.Item(i, t, prefix=t.find(": ") + 2 if ": " in t else 0)
+            for i, t in enumerate(lines)
+        ]
+
     section = packing.Section
-    return [
+    sections = [
         section(
             "system_prompt",
             items([system_prompt] if system_prompt else []),
@@ -96,14 +111,19 @@ def layout(
         section("memories", items(memories), priority=4, head=HEAD_MEMORIES, bullet="- "),
         section(
             "recent_messages",
-            items(recent),
+            turns(recent),
             priority=1,
             head=HEAD_RECENT,
             required=last_user,
-            share=RECENT_SHARE,
             conversation=True,
         ),
     ]
+    return [replace(s, share=shares.get(s.name)) for s in sections]
+
+
+def section_names() -> list[str]:
+    """The sections a share may be set for (not the system prompt: it is whole)."""
+    return [s.name for s in layout(system_prompt="") if not s.whole]
 
 
 def message_line(m: MessageOut) -> str:
@@ -131,21 +151,33 @@ class ContextService:
         self,
         ingest: IngestService,
         recall: RecallService,
+        scratchpad: ScratchpadService,
         tokens: TokenCounter,
         *,
         window: int,
+        shares: Mapping[str, float] = DEFAULT_SHARES,
     ) -> None:
+        unknown = set(shares) - set(section_names())
+        if unknown:
+            raise ValueError(f"context shares for unknown sections {sorted(unknown)}")
         self.ingest = ingest
         self.recall = recall
+        self.scratchpad = scratchpad
         self.tokens = tokens
         self.window = window  # newest turns read for packing (the buffer's window)
+        self.shares = dict(shares)
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
         window = self.window
+        working_memory: dict[str, Any] = {}
         if body.as_of is None:
-            recent = await self.ingest.recent(tenant_id, session, window)
-        else:  # a replay: the session as it stood then, from the log
+            recent, working_memory = await asyncio.gather(
+                self.ingest.recent(tenant_id, session, window),
+                self.scratchpad.working_memory(tenant_id, session_id),
+            )
+        else:  # a replay: the session as it stood then, from the log (the scratchpad has
+            # no history, so a replay shows none)
             recent = await self.ingest.recent_until(tenant_id, session_id, body.as_of, window)
 
         last_user = next(
@@ -193,9 +225,8 @@ class ContextService:
                 or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
             ]
 
-        # The scratchpad, the profile and summaries are filled by the issues that bring
-        # them; their sections are in place, and an empty section renders nothing.
-        working_memory: dict[str, Any] = {}
+        # The profile and summaries are filled by the issues that bring them; their
+        # sections are in place, and an empty section renders nothing.
         profile: dict[str, Any] = {}
         summaries: list[SummaryOut] = []
         sections = layout(
@@ -206,17 +237,19 @@ class ContextService:
             memories=[memory_line(r) for r in memories],
             recent=[message_line(m) for m in recent],
             last_user=last_user,
+            shares=self.shares,
         )
         try:
             packed = packing.pack(sections, budget=body.token_budget, count=self.tokens)
         except packing.BudgetTooSmall as exc:
             raise TokenBudgetTooSmall(
                 "token_budget",
-                f"{body.token_budget} is too small: the system prompt and the last user "
-                f"message alone need {exc.needed} tokens",
+                f"{body.token_budget} is too small: the system prompt, with the last user "
+                f"message cut to its speaker and an ellipsis, needs {exc.needed} tokens",
             ) from exc
 
         kept = {name: [item.key for item in items] for name, items in packed.kept.items()}
+        cut = set(packed.truncated.get("recent_messages", []))
         kept_memories = [memories[i] for i in kept["memories"]]
         if kept_memories and body.as_of is None:  # a replay of the past changes nothing
             self.recall.reinforce_later(tenant_id, body.user_id, [m.id for m in kept_memories])
@@ -227,13 +260,19 @@ class ContextService:
                 profile=_kept_entries(profile, kept["profile"]),
                 summaries=[summaries[i] for i in kept["summaries"]],
                 memories=kept_memories,
-                recent_messages=[recent[i] for i in kept["recent_messages"]],
+                recent_messages=[
+                    recent[item.key].model_copy(update={"content": item.text[item.prefix :]})
+                    if item.key in cut
+                    else recent[item.key]
+                    for item in packed.kept["recent_messages"]
+                ],
             ),
             text=packed.text,
             tokens=packed.tokens,
             token_budget=body.token_budget,
             tokenizer=self.tokens.encoding,
             dropped=packed.dropped,
+            truncated={"recent_messages": [recent[i].seq for i in sorted(cut)]} if cut else {},
             rewritten_query=rewritten_query,
             llm_usage=LLMUsage(**llm_usage) if llm_usage else None,
         )

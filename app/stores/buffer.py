@@ -1,9 +1,12 @@
-"""The short-term buffer (L2): each session's recent window of messages, in Redis.
+"""The short-term buffer (L2): each session's recent window of messages and its scratchpad
+(working memory), in Redis.
 
 The window is a sorted set scored by `seq`, so concurrent ingests that push out of order
-still read back in order, and a replayed push is a no-op. Keys are hash-tagged per
-session (`{tenant:session}`) for Redis Cluster. Losing Redis loses nothing: the window is
-rebuilt from the message log when it is missing or behind.
+still read back in order, and a replayed push is a no-op. The scratchpad is one JSON string
+next to it. Keys are hash-tagged per session (`{tenant:session}`) for Redis Cluster, and
+the two share one TTL: any activity on either refreshes both. Losing Redis loses no message:
+the window is rebuilt from the message log when it is missing or behind. The scratchpad is
+working memory only: lost, it reads back empty.
 
 Every Redis failure leaves this module as `BufferUnavailable`, so that a caller that can do
 without the buffer catches exactly that, and one that cannot answers a 503.
@@ -27,6 +30,10 @@ WAKE_CHANNEL = "strata:wake"
 
 def _window_key(tenant_id: str, session_id: str) -> str:
     return f"strata:{{{tenant_id}:{session_id}}}:window"
+
+
+def _scratchpad_key(tenant_id: str, session_id: str) -> str:
+    return f"strata:{{{tenant_id}:{session_id}}}:scratchpad"
 
 
 @contextlib.contextmanager
@@ -64,6 +71,7 @@ class Buffer:
                 pipe.zadd(key, mapping)
                 pipe.zremrangebyrank(key, 0, -(self.window + 1))
                 pipe.expire(key, self.ttl)
+                pipe.expire(_scratchpad_key(tenant_id, session_id), self.ttl)
                 if wake:
                     pipe.publish(WAKE_CHANNEL, b"1")
                 await pipe.execute()
@@ -79,6 +87,7 @@ class Buffer:
                 if messages:
                     pipe.zadd(key, {orjson.dumps(m): m["seq"] for m in messages[-self.window :]})
                     pipe.expire(key, self.ttl)
+                pipe.expire(_scratchpad_key(tenant_id, session_id), self.ttl)
                 await pipe.execute()
 
     async def recent(self, tenant_id: str, session_id: str, n: int) -> list[dict[str, Any]]:
@@ -88,12 +97,39 @@ class Buffer:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zrange(key, -n, -1)
                 pipe.expire(key, self.ttl)
-                raw, _ = await pipe.execute()
+                pipe.expire(_scratchpad_key(tenant_id, session_id), self.ttl)
+                raw, *_ = await pipe.execute()
         return [orjson.loads(item) for item in raw]
 
     async def drop(self, tenant_id: str, session_id: str) -> None:
+        """The session's window and scratchpad."""
         with _unavailable():
-            await self.redis.delete(_window_key(tenant_id, session_id))
+            await self.redis.delete(
+                _window_key(tenant_id, session_id), _scratchpad_key(tenant_id, session_id)
+            )
+
+    async def read_scratchpad(self, tenant_id: str, session_id: str) -> bytes | None:
+        """The scratchpad as stored (None when there is none); refreshes the session's TTL."""
+        key = _scratchpad_key(tenant_id, session_id)
+        with _unavailable():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.get(key)
+                pipe.expire(key, self.ttl)
+                pipe.expire(_window_key(tenant_id, session_id), self.ttl)
+                raw, *_ = await pipe.execute()
+        return raw if isinstance(raw, bytes) else None
+
+    async def write_scratchpad(self, tenant_id: str, session_id: str, value: bytes) -> None:
+        """Replace the scratchpad, with the session's TTL (refreshing the window's too)."""
+        with _unavailable():
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.set(_scratchpad_key(tenant_id, session_id), value, ex=self.ttl)
+                pipe.expire(_window_key(tenant_id, session_id), self.ttl)
+                await pipe.execute()
+
+    async def drop_scratchpad(self, tenant_id: str, session_id: str) -> None:
+        with _unavailable():
+            await self.redis.delete(_scratchpad_key(tenant_id, session_id))
 
     def wake_listener(self) -> WakeListener:
         return WakeListener(self.redis)

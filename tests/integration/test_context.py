@@ -79,6 +79,49 @@ async def test_budget_is_never_exceeded_and_the_last_user_message_stays(
     assert too_small["errors"][0]["field"] == "token_budget"
 
 
+async def test_a_message_too_long_for_the_budget_is_cut_not_refused(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """One 26 kB message used to make every context call of its session a 422."""
+    user, session = ids("user"), ids("session")
+    await running.client.put(
+        f"/v1/sessions/{session}", json={"user_id": user, "system_prompt": "Be brief."}
+    )
+    paste = "日志：第 3 行出错，重试失败。" * 900 + " Why does the import fail?"
+    assert len(paste.encode()) > 26_000
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("Here is the log.", id="a"),
+            turn("Paste it.", role="assistant"),
+            turn(paste, id="b"),
+        ],
+    )
+    for budget in (40, 500, 4000):
+        body = await context(running, session, user, token_budget=budget)
+        assert body["tokens"]["total"] <= budget
+        last = body["sections"]["recent_messages"][-1]
+        assert last["id"] == "b"
+        assert body["truncated"] == {"recent_messages": [last["seq"]]}
+        assert "tokens elided] …" in last["content"]
+        assert last["content"].startswith("日志：第 3 行") or budget < 50
+        assert last["content"].endswith("Why does the import fail?") or budget < 50
+        assert f"user: {last['content']}" in body["text"]
+    assert body["tokens"]["total"] >= 3900  # what the others leave goes to the message
+
+    roomy = await context(running, session, user, token_budget=200_000)
+    assert roomy["truncated"] == {}
+    assert roomy["sections"]["recent_messages"][-1]["content"] == paste
+
+    await running.client.put(
+        f"/v1/sessions/{session}", json={"user_id": user, "system_prompt": "Be brief. " * 200}
+    )
+    too_small = await context(running, session, user, expect=422, token_budget=300)
+    assert too_small["code"] == "token_budget_too_small"
+
+
 async def test_explicit_query_and_unknown_session(
     running: Running, ids: Callable[[str], str]
 ) -> None:

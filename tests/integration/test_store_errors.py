@@ -135,6 +135,9 @@ async def test_every_buffer_call_on_a_closed_port_is_buffer_unavailable() -> Non
         lambda: buffer.replace("t", "s", [{"seq": 1}]),
         lambda: buffer.recent("t", "s", 5),
         lambda: buffer.drop("t", "s"),
+        lambda: buffer.read_scratchpad("t", "s"),
+        lambda: buffer.write_scratchpad("t", "s", b"{}"),
+        lambda: buffer.drop_scratchpad("t", "s"),
         buffer.ping,
         lambda: listener.wait(1.0),
     ]
@@ -150,8 +153,9 @@ async def test_every_buffer_call_on_a_closed_port_is_buffer_unavailable() -> Non
 async def test_a_redis_outage_degrades_to_the_log(
     pg_databases: Callable[[], Awaitable[str]], start_app: Any, tmp_path: Path
 ) -> None:
-    """No request path needs the buffer: ingest, context and deletion answer from the log
-    (each catches `BufferUnavailable`), and only readiness reports the outage."""
+    """No request path needs the buffer but the scratchpad's own: ingest, context and
+    deletion answer from the log (each catches `BufferUnavailable`; context packs without
+    the working memory), the scratchpad answers 503, and readiness reports the outage."""
     settings = full_settings(
         await pg_databases(),
         redis_url=f"redis://127.0.0.1:{_closed_port()}/0",
@@ -170,6 +174,13 @@ async def test_a_redis_outage_degrades_to_the_log(
         assert context.status_code == 200, context.text
         recent = context.json()["sections"]["recent_messages"]
         assert [m["content"] for m in recent] == ["hello"]
+        assert context.json()["sections"]["working_memory"] == {}
+        pad = await client.put("/v1/sessions/s/scratchpad", json={"user_id": "u", "data": {}})
+        assert pad.status_code == 503
+        assert pad.json()["code"] == "buffer_unavailable"
+        pad = await client.get("/v1/sessions/s/scratchpad", params=params)
+        assert pad.status_code == 503
+        assert pad.json()["code"] == "buffer_unavailable"
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["checks"]["buffer"]["ok"] is False

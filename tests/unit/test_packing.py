@@ -1,4 +1,5 @@
-"""Packing: `tokens.total <= token_budget`, always, with a real BPE tokenizer."""
+"""Packing: `tokens.total <= token_budget`, always, with a real BPE tokenizer; a required
+message too long for the budget keeps its head and tail, and says how much went."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from app.core import packing
 from app.core.tokens import TokenCounter
 from app.schemas.context import SummaryOut
-from app.services.context import entry_line, layout, summary_line
+from app.services.context import entry_line, layout, section_names, summary_line
 
 count = TokenCounter("o200k_base")
 texts = st.lists(
@@ -25,6 +26,14 @@ texts = st.lists(
 
 def keys(packed: packing.Packed, section: str) -> list[int]:
     return [item.key for item in packed.kept[section]]
+
+
+def try_pack(sections: Sequence[packing.Section], budget: int) -> packing.Packed | int:
+    """The packing, or the tokens needed when the budget is too small."""
+    try:
+        return packing.pack(sections, budget=budget, count=count)
+    except packing.BudgetTooSmall as too_small:
+        return too_small.needed
 
 
 def base_tokens(sections: Sequence[packing.Section]) -> int:
@@ -46,15 +55,17 @@ def test_total_never_exceeds_the_budget(
     required = data.draw(st.none() | st.integers(0, len(recent) - 1)) if recent else None
     sections = layout(system_prompt=system, memories=memories, recent=recent, last_user=required)
     base = base_tokens(sections)
-    if base > budget:
-        with pytest.raises(packing.BudgetTooSmall) as too_small:
-            packing.pack(sections, budget=budget, count=count)
-        assert too_small.value.needed == base
+    packed = try_pack(sections, budget)
+    if isinstance(packed, int):
+        # Only when even the message's bare minimum does not fit beside the system prompt.
+        assert budget < packed <= base
+        system_alone = layout(system_prompt=system)
+        assert required is not None or base_tokens(system_alone) == base
         return
-    packed = packing.pack(sections, budget=budget, count=count)
     assert packed.tokens["total"] == count([packed.text])[0] <= budget
     if required is not None:
         assert required in keys(packed, "recent_messages")
+    assert bool(packed.truncated) == (base > budget)
     assert packed.dropped["memories"] == len(memories) - len(packed.kept["memories"])
     # Memories keep their rank order; recent turns keep the conversation's order.
     assert keys(packed, "memories") == sorted(keys(packed, "memories"))
@@ -90,16 +101,23 @@ def section_lists(draw: st.DrawFn) -> list[packing.Section]:
 @given(sections=section_lists(), budget=st.integers(1, 400))
 def test_any_list_of_sections_fits_the_budget(sections: list[packing.Section], budget: int) -> None:
     base = base_tokens(sections)
-    if base > budget:
-        with pytest.raises(packing.BudgetTooSmall):
-            packing.pack(sections, budget=budget, count=count)
+    packed = try_pack(sections, budget)
+    if isinstance(packed, int):
+        assert budget < packed <= base
         return
-    packed = packing.pack(sections, budget=budget, count=count)
     assert packed.tokens["total"] == count([packed.text])[0] <= budget
     assert list(packed.tokens) == [*(s.name for s in sections), "total"]
     assert list(packed.dropped) == [s.name for s in sections if not s.whole]
     kept = [keys(packed, s.name) for s in sections]
-    assert packed.text == packing.render(sections, kept)
+    if base <= budget:
+        assert not packed.truncated
+        assert packed.text == packing.render(sections, kept)
+    for s in sections:  # only a required item of a section that is not whole is ever cut
+        cut = packed.truncated.get(s.name, [])
+        assert cut == ([s.required] if cut else [])
+        assert not (cut and s.whole)
+        shown = {item.key: item.text for item in packed.kept[s.name]}
+        assert all(shown[i] == s.items[i].text for i in shown if i not in cut)
     for s, k in zip(sections, kept, strict=True):
         assert k == sorted(set(k))  # in the order given, each once
         assert s.required_items() <= set(k)
@@ -108,6 +126,118 @@ def test_any_list_of_sections_fits_the_budget(sections: list[packing.Section], b
         optional = [i for i in k if i not in s.required_items()]
         if s.conversation and optional:  # one unbroken run up to the newest
             assert set(range(optional[0], len(s.items))) - s.required_items() <= set(k)
+
+
+ENGLISH = "The claim was filed on Monday, and the adjuster called back twice about it. "
+CHINESE = "我上周在楼梯上摔了一跤，意外险的理赔需要医院的诊断证明和发票。"
+huge_texts = st.tuples(
+    st.sampled_from([ENGLISH, CHINESE, ENGLISH + CHINESE, "x", "数"]),
+    st.integers(200, 1500),
+    texts,
+).map(lambda t: t[2] + t[0] * t[1] + t[2])
+
+
+def check_elided(original: str, shown: str, prefix: int) -> None:
+    """`shown` is `original`'s prefix and head, the mark with the exact count of what went,
+    and its tail."""
+    assert shown[:prefix] == original[:prefix]
+    if shown == original[:prefix] + packing.ELLIPSIS:
+        return
+    head, sep, rest = shown.partition("… [")
+    assert sep, shown
+    n, _, tail = rest.partition(" tokens elided] …")
+    head, tail = head.removesuffix(" "), tail.removeprefix(" ")
+    assert original.startswith(head)
+    assert original.endswith(tail)
+    middle = original[len(head) : len(original) - len(tail)]
+    assert int(n) == count([middle])[0] > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    system=st.sampled_from(["", "Be brief.", "你是一个细心的助手。" * 5]),
+    message=huge_texts,
+    memories=st.lists(texts, max_size=6),
+    recent=st.lists(texts, max_size=6),
+    budget=st.integers(1, 300) | st.integers(300, 12_000),
+)
+def test_a_huge_last_message_is_cut_to_fit_any_budget(
+    system: str, message: str, memories: list[str], recent: list[str], budget: int
+) -> None:
+    line = f"user: {message}"
+    sections = layout(
+        system_prompt=system, memories=memories, recent=[*recent, line], last_user=len(recent)
+    )
+    system_alone = base_tokens(layout(system_prompt=system))
+    packed = try_pack(sections, budget)
+    if isinstance(packed, int):
+        # The bare minimum: the heading, `user: …`, beside the system prompt.
+        assert budget < packed <= system_alone + 12
+        return
+    assert packed.tokens["total"] == count([packed.text])[0] <= budget
+    last = packed.kept["recent_messages"][-1]
+    assert last.key == len(recent)
+    if packed.truncated:
+        assert packed.truncated == {"recent_messages": [len(recent)]}
+        check_elided(line, last.text, len("user: "))
+    else:
+        assert last.text == line
+        assert base_tokens(sections) <= budget
+    if budget >= system_alone + 40:  # room for the mark: it says how much went
+        assert "tokens elided]" in last.text or not packed.truncated
+
+
+def test_a_cut_message_leaves_room_for_the_rest_and_takes_what_it_leaves() -> None:
+    message = "user: " + CHINESE * 400 + " So, does a fall count?"
+    memories = [f"[2024-06-0{i}] memory {i}: " + "policy " * 20 for i in range(1, 9)]
+    sections = layout(system_prompt="Be brief.", memories=memories, recent=[message], last_user=0)
+    packed = packing.pack(sections, budget=1000, count=count)
+    assert packed.truncated == {"recent_messages": [0]}
+    assert packed.kept["memories"]  # the message took at most its share at first
+    assert 990 <= packed.tokens["total"] <= 1000  # and then what the memories left
+    shown = packed.kept["recent_messages"][0].text
+    assert shown.startswith("user: 我上周")
+    assert shown.endswith("So, does a fall count?")
+    alone = packing.pack(
+        layout(system_prompt="", recent=[message], last_user=0), budget=300, count=count
+    )
+    assert 295 <= alone.tokens["total"] <= 300
+
+
+def test_only_a_system_prompt_that_does_not_fit_is_too_small() -> None:
+    message = "user: " + ENGLISH * 300
+    ok = packing.pack(
+        layout(system_prompt="", recent=[message], last_user=0), budget=8, count=count
+    )
+    assert ok.truncated
+    assert ok.tokens["total"] <= 8
+    sections = layout(system_prompt="Be brief. " * 50, recent=[message], last_user=0)
+    with pytest.raises(packing.BudgetTooSmall):
+        packing.pack(sections, budget=100, count=count)
+
+
+def test_shares_are_set_per_section() -> None:
+    memories = [f"memory {i} " + "fact " * 10 for i in range(20)]
+    recent = [f"turn {i} " + "chat " * 10 for i in range(20)]
+    by_default = packing.pack(
+        layout(system_prompt="", memories=memories, recent=recent, last_user=19),
+        budget=300,
+        count=count,
+    )
+    more_memories = packing.pack(
+        layout(
+            system_prompt="",
+            memories=memories,
+            recent=recent,
+            last_user=19,
+            shares={"recent_messages": 0.2},
+        ),
+        budget=300,
+        count=count,
+    )
+    assert len(more_memories.kept["memories"]) > len(by_default.kept["memories"])
+    assert "system_prompt" not in section_names()
+    assert set(section_names()) >= {"working_memory", "memories", "recent_messages"}
 
 
 def test_recent_turns_are_a_contiguous_newest_run() -> None:
@@ -302,4 +432,5 @@ def test_the_same_budget_error_as_before_sections() -> None:
     )
     with pytest.raises(packing.BudgetTooSmall) as too_small:
         packing.pack(sections, budget=5, count=count)
-    assert too_small.value.needed == 33
+    # Before, the message counted whole (33); now only its bare minimum does (`user: …`).
+    assert too_small.value.needed == 29

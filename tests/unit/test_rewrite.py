@@ -93,3 +93,24 @@ def test_unknown_entities_are_the_names_the_conversation_never_mentions() -> Non
     assert unknown_entities("Where does Maria live, in Lisbon?", known) == []
     assert unknown_entities("Where does Maria live, in Porto?", known) == ["Porto"]
     assert unknown_entities("摔伤算意外险吗？", known) == []
+
+
+def test_a_weekday_is_not_the_person_a_pronoun_stands_for() -> None:
+    turns = [
+        Turn("user", "Maria is visiting next weekend."),
+        Turn("user", "I want to cook dinner for her on Saturday, and she hasn't replied."),
+    ]
+    result = heuristic_rewrite("Is there anything she can't eat?", turns)
+    assert "Saturday" not in result.rewritten
+    assert not {"saturday", "Saturday", "hasn't"} & set(result.terms)
+
+
+def test_the_newest_turn_counts_in_full_whoever_spoke_it() -> None:
+    turns = [
+        Turn("user", "去了社区医院，医生说是软组织挫伤。"),
+        Turn("assistant", "好好休息。你之前买的意外险也许能派上用场。"),
+    ]
+    assert heuristic_rewrite("那摔伤算吗？", turns).terms[0] == "意外险"
+    # An older reply is discounted: the user's own subject leads again.
+    older = [*turns, Turn("user", "嗯，医院的发票还在。")]
+    assert salient_terms(older, k=1) == ["医院"]
