@@ -20,6 +20,7 @@ from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
+from app.services.summaries import SummaryService
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class Services:
     health: HealthService
     jobs: JobService
     rewrite: RewriteService
+    summaries: SummaryService
 
 
 def build_services(resources: Resources) -> Services:
@@ -38,17 +40,26 @@ def build_services(resources: Resources) -> Services:
     ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
     rewrite = RewriteService(ingest, r.llm)
     recall = RecallService(r.db, r.vectors, r.embedder, r.settings, rewriter=rewrite.for_search)
+    summaries = build_summaries(r)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder),
         recall=recall,
-        context=ContextService(ingest, recall, r.tokens, window=r.settings.buffer_window),
+        context=ContextService(
+            ingest, recall, r.tokens, window=r.settings.buffer_window, summaries=summaries
+        ),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
         ),
         jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
         rewrite=rewrite,
+        summaries=summaries,
     )
+
+
+def build_summaries(resources: Resources) -> SummaryService:
+    r = resources
+    return SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
 
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:

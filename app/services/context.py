@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from app.core import packing
@@ -31,6 +32,7 @@ from app.schemas.recall import RecallResult
 from app.services.ingest import IngestService
 from app.services.recall import RecallService
 from app.services.search import SearchSpec
+from app.services.summaries import SummaryService
 
 # Memories fetched for packing; the budget decides how many stay.
 CONTEXT_TOP_K = 30
@@ -134,11 +136,13 @@ class ContextService:
         tokens: TokenCounter,
         *,
         window: int,
+        summaries: SummaryService | None = None,
     ) -> None:
         self.ingest = ingest
         self.recall = recall
         self.tokens = tokens
         self.window = window  # newest turns read for packing (the buffer's window)
+        self.summaries = summaries  # None: no summaries section (a service built without)
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
@@ -193,11 +197,17 @@ class ContextService:
                 or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
             ]
 
-        # The scratchpad, the profile and summaries are filled by the issues that bring
-        # them; their sections are in place, and an empty section renders nothing.
+        # The scratchpad and the profile are filled by the issues that bring them; their
+        # sections are in place, and an empty section renders nothing.
         working_memory: dict[str, Any] = {}
         profile: dict[str, Any] = {}
         summaries: list[SummaryOut] = []
+        if self.summaries is not None:
+            # Older periods where the verbatim turns stop: summaries of what ended before
+            # the oldest turn read (and, in a replay, before `as_of`).
+            now = body.as_of or datetime.now(UTC)
+            before = min(recent[0].created_at, now) if recent else now
+            summaries = await self.summaries.for_context(tenant_id, body.user_id, before)
         sections = layout(
             system_prompt=session.system_prompt or "",
             working_memory=[entry_line(k, v) for k, v in working_memory.items()],
