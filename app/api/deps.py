@@ -16,6 +16,7 @@ from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
+from app.services.summaries import SummaryService
 from app.settings import Settings
 from app.wiring import Services
 
@@ -89,6 +90,13 @@ def _rewrite(request: Request) -> RewriteService:
 
 
 RewriteDep = Annotated[RewriteService, Depends(_rewrite)]
+
+
+def _summaries(request: Request) -> SummaryService:
+    return _services(request).summaries
+
+
+SummaryDep = Annotated[SummaryService, Depends(_summaries)]
 
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])
