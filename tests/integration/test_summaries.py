@@ -339,3 +339,35 @@ async def test_llm_summaries_are_used_and_fall_back(
         essence = await svc.summarize("default", user, "essence", None)
         assert essence.summary is not None
         assert essence.summary.method == "extractive"
+
+
+async def test_the_sweep_waits_for_a_day_to_close(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """An explicit `now`: today's messages are left alone until today has ended."""
+    from app.jobs.catalog import build_registry
+    from app.stores.models import Job
+
+    user, session = ids("user"), ids("session")
+    now = datetime.now(UTC)
+    await post_messages(
+        running, session, user, [turn("I repainted the kitchen blue.", created_at=now.isoformat())]
+    )
+    svc = service(running)
+    key = f"{user}:daily@{now.date().isoformat()}"
+
+    async def job_keys() -> set[str]:
+        async with running.resources.db.read() as tx:
+            rows = await tx.execute(sa.select(Job.key).where(Job.key.like(f"{user}:%")))
+        return set(rows.scalars())
+
+    await svc.sweep(now + timedelta(seconds=1))
+    assert await job_keys() == set()  # today is still open
+    tomorrow = datetime.combine(now.date() + timedelta(days=1), time(), tzinfo=UTC)
+    await svc.sweep(tomorrow + timedelta(minutes=5))
+    assert key in await job_keys()
+
+    registry = build_registry(running.resources.db, running.resources.settings, summary_service=svc)
+    sweep = next(s for s in registry.schedules if s.name == "summaries_sweep")
+    assert sweep.every == timedelta(hours=1)
+    assert {"summarize", "summaries_sweep"} <= registry.kinds
