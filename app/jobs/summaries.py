@@ -4,6 +4,8 @@ that closed or whose inputs changed (docs/architecture.md, "Summaries")."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -13,6 +15,8 @@ from app.jobs.registry import JobContext, Registry
 from app.services.summaries import SUMMARIZE, SummaryService
 
 SUMMARIES_SWEEP = "summaries_sweep"
+
+log = logging.getLogger("strata.summaries")
 
 
 def register(
@@ -41,14 +45,14 @@ def register(
             tz = periods.zone(s.timezone)
             first_day = periods.local_day(s.period_start, tz)
             if parent == "essence":
-                result["queued"] = (await summaries.enqueue(ctx.tenant_id, user_id, parent, None))[
-                    1
-                ]
+                result["queued"] = await _queue_parent(
+                    summaries, ctx.tenant_id, user_id, parent, None
+                )
             elif periods.period(parent, first_day, tz).closed(datetime.now(UTC)):
                 week = periods.week_start(first_day)
-                result["queued"] = (await summaries.enqueue(ctx.tenant_id, user_id, parent, week))[
-                    1
-                ]
+                result["queued"] = await _queue_parent(
+                    summaries, ctx.tenant_id, user_id, parent, week
+                )
         return result
 
     async def sweep(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
@@ -58,3 +62,21 @@ def register(
     registry.add(SUMMARIZE, summarize)
     registry.add(SUMMARIES_SWEEP, sweep)
     registry.every(every, SUMMARIES_SWEEP)
+
+
+async def _queue_parent(
+    summaries: SummaryService, tenant_id: str, user_id: str, level: Level, day: date | None
+) -> str:
+    """Queue the parent's job. If it is running, it may have read its inputs before this
+    change: wait for it to end and queue it again (the hourly sweep catches the rest)."""
+    for _ in range(PARENT_WAIT_TRIES):
+        _, key, queued = await summaries.enqueue(tenant_id, user_id, level, day)
+        if queued:
+            return key
+        await asyncio.sleep(PARENT_WAIT_SECONDS)
+    log.warning("summary job %s kept running; the sweep will bring it up to date", key)
+    return key
+
+
+PARENT_WAIT_TRIES = 120
+PARENT_WAIT_SECONDS = 0.5

@@ -323,14 +323,16 @@ class SummaryService:
                 existing = await summary_store.get(tx, sid)
             if existing is not None and existing.source_hash == inputs.source_hash:
                 return summary_item(existing)
-        job_id, key = await self.enqueue(tenant_id, user_id, level, day)
+        job_id, key, _ = await self.enqueue(tenant_id, user_id, level, day)
         return SummarizeAccepted(job_id=job_id, key=key)
 
     async def enqueue(
         self, tenant_id: str, user_id: str, level: Level, day: date | None
-    ) -> tuple[uuid.UUID, str]:
+    ) -> tuple[uuid.UUID, str, bool]:
         """The `summarize` job of this period, queued, or queued again if it had finished:
-        its key names the period, so a period has one job, re-run when its inputs change."""
+        its key names the period, so a period has one job, re-run when its inputs change.
+        Returns (job id, key, queued): not queued when the job is running, perhaps on
+        inputs read before this change; the caller may try again once it has ended."""
         key = periods.job_key(user_id, level, day)
         now = datetime.now(UTC)
         async with self.db.transaction() as tx:
@@ -348,9 +350,10 @@ class SummaryService:
                 max_attempts=self.settings.job_max_attempts,
                 now=now,
             )
+            queued = job.state == "queued"
             if job.state in ("succeeded", "failed"):
-                await job_store.requeue(tx, job_id=job.id, now=now)
-        return job.id, key
+                queued = await job_store.requeue(tx, job_id=job.id, now=now)
+        return job.id, key, queued
 
     async def page(
         self,

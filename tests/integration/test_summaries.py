@@ -6,17 +6,20 @@ and the LLM path against a local stub server."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
+from redis.asyncio import Redis
 
 from app.core import periods
 from app.services.summaries import SummaryService
+from app.settings import Settings
 from app.stores.models import User
-from tests.conftest import Running, embedded_settings, post_messages, turn
+from tests.conftest import Running, embedded_settings, full_settings, post_messages, turn
 from tests.integration.test_rewrite import llm_stub  # noqa: F401 - a fixture
 
 SHANGHAI = "Asia/Shanghai"
@@ -79,6 +82,24 @@ async def wait_for(check: Callable[[], Any], timeout: float = 120.0) -> Any:
             return value
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.3)
+
+
+@pytest.fixture(scope="module", params=["full", "embedded"])
+async def running(
+    request: pytest.FixtureRequest,
+    pg_databases: Callable[[], Awaitable[str]],
+    redis_client: Redis,
+    tmp_path_factory: pytest.TempPathFactory,
+    start_app: Callable[[Settings], Any],
+) -> AsyncIterator[Running]:
+    """Apps of their own, on each database: the sweep looks at every user, and should see
+    only these tests' (the shared apps hold the whole suite's)."""
+    if request.param == "full":
+        settings = full_settings(await pg_databases())
+    else:
+        settings = embedded_settings(tmp_path_factory.mktemp("summaries"))
+    async with start_app(settings) as app:
+        yield app
 
 
 def service(running: Running) -> SummaryService:
