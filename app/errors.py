@@ -200,6 +200,15 @@ class TokenBudgetTooSmall(InvalidInput):
     )
 
 
+class PeriodNotStarted(InvalidInput):
+    code = "period_not_started"
+    title = "Period not started"
+    description = "`period_start` names a period that has not begun in the user's timezone."
+
+    def __init__(self, day: object) -> None:
+        super().__init__("period_start", f"the period of {day} has not started yet")
+
+
 class EmbeddingRejected(AppError):
     status = 422
     code = "embedding_rejected"

@@ -14,7 +14,17 @@ from typing import TypedDict
 from fastapi import FastAPI
 
 from app import logs
-from app.api import context, health, ingest, jobs, memories, recall, rewrite, scratchpad
+from app.api import (
+    context,
+    health,
+    ingest,
+    jobs,
+    memories,
+    recall,
+    rewrite,
+    scratchpad,
+    summaries,
+)
 from app.api import errors as api_errors
 from app.resources import Resources, open_resources
 from app.settings import Settings
@@ -71,6 +81,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     api_errors.install(app)
-    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, jobs):
+    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
         app.include_router(module.router)
     return app

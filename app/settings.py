@@ -160,6 +160,29 @@ class Settings(BaseSettings):
         default=30, ge=1, le=1000, description="candidates per search list before scoring"
     )
 
+    # Summaries (docs/architecture.md, "Summaries").
+    summary_daily_tokens: int = Field(default=200, ge=20, le=4000, description="a daily's cap")
+    summary_weekly_tokens: int = Field(default=300, ge=20, le=4000, description="a weekly's cap")
+    summary_essence_tokens: int = Field(
+        default=400, ge=20, le=8000, description="the essence's cap"
+    )
+    summary_essence_weeks: int = Field(
+        default=12, ge=1, le=520, description="newest weeklies an LLM essence is written from"
+    )
+    summary_lookback_hours: float = Field(
+        default=48.0,
+        ge=25,
+        description="the hourly sweep looks at messages received this far back: days that "
+        "closed, and late messages for closed days (a sweep missed for longer than this is "
+        "not back-filled; POST /v1/summarize is)",
+    )
+    summary_context_dailies: int = Field(
+        default=7, ge=0, le=60, description="dailies context offers before the recent turns"
+    )
+    summary_context_weeklies: int = Field(
+        default=4, ge=0, le=52, description="weeklies context offers before those dailies"
+    )
+
     # Context.
     tokenizer: Literal["o200k_base", "cl100k_base"] = "o200k_base"
     context_shares: dict[str, float] = Field(

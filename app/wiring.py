@@ -21,6 +21,7 @@ from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
+from app.services.summaries import SummaryService
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class Services:
     jobs: JobService
     rewrite: RewriteService
     scratchpad: ScratchpadService
+    summaries: SummaryService
 
 
 def build_services(resources: Resources) -> Services:
@@ -41,6 +43,7 @@ def build_services(resources: Resources) -> Services:
     rewrite = RewriteService(ingest, r.llm)
     recall = RecallService(r.db, r.vectors, r.embedder, r.settings, rewriter=rewrite.for_search)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
+    summaries = build_summaries(r)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder),
@@ -52,6 +55,7 @@ def build_services(resources: Resources) -> Services:
             r.tokens,
             window=r.settings.buffer_window,
             shares=r.settings.context_shares,
+            summaries=summaries,
         ),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
@@ -59,7 +63,13 @@ def build_services(resources: Resources) -> Services:
         jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
         rewrite=rewrite,
         scratchpad=scratchpad,
+        summaries=summaries,
     )
+
+
+def build_summaries(resources: Resources) -> SummaryService:
+    r = resources
+    return SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
 
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:

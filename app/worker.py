@@ -15,11 +15,12 @@ import uuid
 
 from app import logs
 from app.jobs import tasks as job_tasks
+from app.jobs.catalog import build_registry
 from app.jobs.registry import Registry
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.stores.buffer import WakeListener
-from app.wiring import build_promoter
+from app.wiring import build_promoter, build_summaries
 
 log = logging.getLogger("strata.worker")
 
@@ -34,6 +35,9 @@ async def run_worker(
     promoter = build_promoter(resources, owner, stop)
     listener = resources.buffer.wake_listener()
     poll = resources.settings.worker_poll_seconds
+    registry = registry or build_registry(
+        resources.db, resources.settings, summary_service=build_summaries(resources)
+    )
     jobs = job_tasks.start(resources.db, resources.settings, owner, stop, registry)
     log.info("worker %s started", owner)
     try:

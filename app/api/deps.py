@@ -17,6 +17,7 @@ from app.services.memories import MemoryService
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
+from app.services.summaries import SummaryService
 from app.settings import Settings
 from app.wiring import Services
 
@@ -97,6 +98,13 @@ def _scratchpad(request: Request) -> ScratchpadService:
 
 
 ScratchpadDep = Annotated[ScratchpadService, Depends(_scratchpad)]
+
+
+def _summaries(request: Request) -> SummaryService:
+    return _services(request).summaries
+
+
+SummaryDep = Annotated[SummaryService, Depends(_summaries)]
 
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])

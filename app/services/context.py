@@ -22,6 +22,7 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from app.core import packing
@@ -36,6 +37,7 @@ from app.services.ingest import IngestService
 from app.services.recall import RecallService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import SearchSpec
+from app.services.summaries import SummaryService
 
 # Memories fetched for packing; the budget decides how many stay.
 CONTEXT_TOP_K = 30
@@ -156,6 +158,7 @@ class ContextService:
         *,
         window: int,
         shares: Mapping[str, float] = DEFAULT_SHARES,
+        summaries: SummaryService | None = None,
     ) -> None:
         unknown = set(shares) - set(section_names())
         if unknown:
@@ -166,6 +169,7 @@ class ContextService:
         self.tokens = tokens
         self.window = window  # newest turns read for packing (the buffer's window)
         self.shares = dict(shares)
+        self.summaries = summaries  # None: no summaries section (a service built without)
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
@@ -225,10 +229,16 @@ class ContextService:
                 or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
             ]
 
-        # The profile and summaries are filled by the issues that bring them; their
-        # sections are in place, and an empty section renders nothing.
+        # The profile is filled by the issue that brings it; its section is in place,
+        # and an empty section renders nothing.
         profile: dict[str, Any] = {}
         summaries: list[SummaryOut] = []
+        if self.summaries is not None:
+            # Older periods where the verbatim turns stop: summaries of what ended before
+            # the oldest turn read (and, in a replay, before `as_of`).
+            now = body.as_of or datetime.now(UTC)
+            before = min(recent[0].created_at, now) if recent else now
+            summaries = await self.summaries.for_context(tenant_id, body.user_id, before)
         sections = layout(
             system_prompt=session.system_prompt or "",
             working_memory=[entry_line(k, v) for k, v in working_memory.items()],

@@ -110,8 +110,9 @@ class RecallService:
 
     async def retrieve(self, spec: SearchSpec) -> Pool:
         """One embedding and one hybrid index query: the candidate pool."""
-        if spec.kinds is not None and "memory" not in spec.kinds:
-            return Pool([], 0)  # summaries arrive with hierarchical summarisation
+        # Summaries are searched only when asked for (`kinds`): a plain recall, and
+        # context's, find memories, and context shows summaries in a section of their own.
+        kinds = spec.kinds or ("memory",)
         s = self.settings
         upper = spec.created_until()
         dense_task = asyncio.ensure_future(self._embed_query(spec.query))
@@ -125,7 +126,7 @@ class RecallService:
                 sparse=terms.query_vector(spec.query),
                 limit=max(spec.top_k, s.candidate_pool),
                 memory_types=list(spec.memory_types) if spec.memory_types else None,
-                kinds=list(spec.kinds) if spec.kinds else None,
+                kinds=list(kinds),
                 created_from=spec.created_from.timestamp() if spec.created_from else None,
                 created_to=upper.timestamp() if upper else None,
                 metadata=dict(spec.metadata),

@@ -213,6 +213,26 @@ async def rerun(
     return result.one_or_none()
 
 
+async def requeue(tx: AsyncSession, *, job_id: uuid.UUID, now: datetime) -> bool:
+    """Queue a finished job (succeeded or failed) again, due now, with a fresh set of
+    attempts: a keyed job whose work has become due once more (a summary whose inputs
+    changed). A queued or running job is left as it is; False then."""
+    result = await tx.execute(
+        sa.update(Job)
+        .where(Job.id == job_id, Job.state.in_(("succeeded", "failed")))
+        .values(
+            state="queued",
+            attempts=0,
+            due_at=now,
+            last_error=None,
+            result=None,
+            updated_at=now,
+            finished_at=None,
+        )
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
 async def purge_succeeded(tx: AsyncSession, *, finished_before: datetime) -> int:
     """Delete succeeded jobs finished before the cutoff; failed ones stay, to be seen."""
     result = await tx.execute(

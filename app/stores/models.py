@@ -130,6 +130,10 @@ class Message(Base):
         sa.ForeignKeyConstraint(
             ["tenant_id", "session_id"], ["sessions.tenant_id", "sessions.id"], ondelete="CASCADE"
         ),
+        # Summaries: a user's messages of a day across sessions, and the hourly sweep's scan
+        # of what arrived lately.
+        sa.Index("ix_messages_user_created", "tenant_id", "user_id", "created_at"),
+        sa.Index("ix_messages_received", "received_at"),
     )
 
 
@@ -238,3 +242,34 @@ class LeaderLease(Base):
     name: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     owner: Mapped[str] = mapped_column(sa.String(128))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Summary(Base):
+    """A user's summary of one period (docs/architecture.md, "Summaries"): daily, weekly or
+    the essence, with the inputs it was made from and a hash of them."""
+
+    __tablename__ = "summaries"
+
+    id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(128))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    level: Mapped[str] = mapped_column(sa.String(16))
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    period_end: Mapped[datetime] = mapped_column(UTCDateTime())
+    timezone: Mapped[str] = mapped_column(sa.String(64))
+    content: Mapped[str] = mapped_column(sa.Text())
+    sources: Mapped[list[Any]] = mapped_column(JSONType, default=list)
+    source_hash: Mapped[str] = mapped_column(sa.String(64))
+    tokens: Mapped[int] = mapped_column(sa.Integer())
+    method: Mapped[str] = mapped_column(sa.String(16))
+    llm_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "user_id", "level", "period_start"),
+        sa.CheckConstraint("level IN ('daily', 'weekly', 'essence')", name="level"),
+        sa.CheckConstraint("method IN ('extractive', 'llm')", name="method"),
+        # The sweep's scan of recent dailies and weeklies.
+        sa.Index("ix_summaries_level_period", "level", "period_start"),
+    )
