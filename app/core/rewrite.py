@@ -44,7 +44,8 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 # leaves out. (No English tagger ships offline; this list does the job of one, roughly.)
 _EN_NOT_SUBJECT = frozenset(
     """
-    about actually after again ago already also always another anyway around away back bad
+    about actually after amazing anything awesome everything exciting interesting left nothing
+    prepare ready something again ago already also always another anyway around away back bad
     best better big broke brought buy bought call called came can't come coming could did
     does doing done don't down enjoy enjoyed even ever every feel feeling felt find fine
     found get gets getting give given glad go goes going gone good got great had happy has
@@ -128,8 +129,12 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
                 continue
             if lower.endswith("ly") and len(lower) > 4:
                 continue
-            # A capital inside a sentence marks a name; at its start it marks nothing.
-            name = word[0].isupper() and i > 0
+            # A capital inside a sentence marks a name. At its start it marks a name only
+            # when the word does not look like an ordinary one ("Maria lands tomorrow", not
+            # "Exciting!" or "Noted."): common words were filtered above, and inflected
+            # forms are taken for ordinary words.
+            ordinary = lower.endswith(("ing", "ed", "es"))
+            name = word[0].isupper() and (i > 0 or not ordinary)
             out.append((word if name else lower, 2.0 if name else 1.0))
     return out
 

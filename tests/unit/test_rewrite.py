@@ -114,3 +114,13 @@ def test_the_newest_turn_counts_in_full_whoever_spoke_it() -> None:
     # An older reply is discounted: the user's own subject leads again.
     older = [*turns, Turn("user", "嗯，医院的发票还在。")]
     assert salient_terms(older, k=1) == ["医院"]
+
+
+def test_a_name_opening_a_sentence_is_still_a_name() -> None:
+    turns = [
+        Turn("user", "Maria lands tomorrow morning."),
+        Turn("assistant", "Exciting! Anything left to prepare?"),
+    ]
+    result = heuristic_rewrite("Which dishes can she eat?", turns)
+    assert result.rewritten.startswith("Which dishes can Maria eat?")
+    assert "exciting" not in result.rewritten.lower()
