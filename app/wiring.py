@@ -20,6 +20,7 @@ from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
+from app.services.search import MinRelevance, NewerFactsFirst
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,15 @@ def build_services(resources: Resources) -> Services:
     r = resources
     ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
     rewrite = RewriteService(ingest, r.llm)
-    recall = RecallService(r.db, r.vectors, r.embedder, r.settings, rewriter=rewrite.for_search)
+    recall = RecallService(
+        r.db,
+        r.vectors,
+        r.embedder,
+        r.settings,
+        rewriter=rewrite.for_search,
+        # docs/seams.md: newer statements of a change first, then the relevance floor.
+        stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
+    )
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder),

@@ -148,14 +148,17 @@ class Promoter:
             cursor = upto
         return done
 
-    async def _embed(self, chunks: list[Chunk]) -> tuple[list[Chunk], list[list[float]]]:
+    async def _embed(
+        self, chunks: list[Chunk]
+    ) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
         """One embedding per distinct line; a chunk's vector blends in its context's.
 
-        Returns the chunks that could be embedded and their vectors: a line the provider
-        refuses is skipped (it stays in the log), so one message cannot stall a session.
+        Returns the chunks that could be embedded, their (blended) vectors, and each one's
+        own line's vector (the point's `turn` vector): a line the provider refuses is
+        skipped (it stays in the log), so one message cannot stall a session.
         """
         if not chunks:
-            return [], []
+            return [], [], {}
         lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
         by_line: dict[str, np.ndarray[Any, Any]]
         try:
@@ -175,17 +178,19 @@ class Promoter:
         w = self.settings.dense_context_weight
         kept: list[Chunk] = []
         out: list[list[float]] = []
+        turns: dict[uuid.UUID, list[float]] = {}
         for c in chunks:
             if c.content not in by_line:
                 continue
             v = by_line[c.content]
+            turns[c.id] = v.tolist()
             context_vectors = [by_line[line] for line in c.dense_context if line in by_line]
             if context_vectors and w > 0:
                 v = (1 - w) * v + w * np.mean(np.stack(context_vectors), axis=0)
             norm = float(np.linalg.norm(v))
             kept.append(c)
             out.append((v / norm if norm else v).tolist())
-        return kept, out
+        return kept, out, turns
 
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
         """Embed, read what exists, plan (pure), then write: the points, then one transaction.
@@ -193,10 +198,10 @@ class Promoter:
         False when the batch was rolled back because the lease was lost or a merge target
         vanished; the next pass redoes it.
         """
-        chunks, vectors = await self._embed(chunks)
+        chunks, vectors, turns = await self._embed(chunks)
         done, same_text = await self._existing(claim, chunks)
         plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
-        points = [self._point(claim, memory) for memory in plan.fresh]
+        points = [self._point(claim, memory, turns.get(memory.chunk.id)) for memory in plan.fresh]
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
@@ -292,7 +297,7 @@ class Promoter:
             )
         return events, patches
 
-    def _point(self, claim: Claim, memory: NewMemory) -> VectorPoint:
+    def _point(self, claim: Claim, memory: NewMemory, turn: list[float] | None) -> VectorPoint:
         chunk = memory.chunk
         sparse = terms.document_vector(
             chunk.content, chunk.sparse_context, self.settings.sparse_context_weight
@@ -307,8 +312,9 @@ class Promoter:
             sources=memory.sources,
             metadata={},
             created_at=memory.created_at,
+            role=chunk.role,
         )
-        return VectorPoint(chunk.id, memory.vector, sparse, payload)
+        return VectorPoint(chunk.id, memory.vector, sparse, payload, turn)
 
     @staticmethod
     def _row(claim: Claim, memory: NewMemory, now: datetime) -> memory_store.MemoryValues:
