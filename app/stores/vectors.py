@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "source_sessions")
 # The index's schema, in the collection's name: a new named vector or indexed field means a
-# new collection, rebuilt from SQL by the `reindex` job (app/jobs/reindex.py).
+# new collection, to be rebuilt from SQL (the reindex job is not written yet: v2 starts
+# empty, see bench/README.md "Recall trust").
 SCHEMA_VERSION = 2
 FLOAT_FIELDS = ("created_at",)
 
