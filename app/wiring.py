@@ -19,6 +19,7 @@ from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
+from app.services.reindex import Reindexer
 from app.services.rewrite import RewriteService
 from app.services.search import MinRelevance, NewerFactsFirst
 
@@ -58,6 +59,11 @@ def build_services(resources: Resources) -> Services:
         jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
         rewrite=rewrite,
     )
+
+
+def build_reindexer(resources: Resources) -> Reindexer:
+    r = resources
+    return Reindexer(r.db, r.vectors, r.embedder, r.settings)
 
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:

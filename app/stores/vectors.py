@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "source_sessions")
 # The index's schema, in the collection's name: a new named vector or indexed field means a
-# new collection, to be rebuilt from SQL (the reindex job is not written yet: v2 starts
-# empty, see bench/README.md "Recall trust").
+# new collection, rebuilt from SQL by the `reindex` job (app/jobs/reindex.py), which a worker
+# enqueues at start when the collection is empty and SQL holds live memories.
 SCHEMA_VERSION = 2
 FLOAT_FIELDS = ("created_at",)
 
@@ -75,7 +75,9 @@ class MemoryPayload:
     role: str | None = None
 
     @classmethod
-    def from_row(cls, row: Memory) -> MemoryPayload:
+    def from_row(cls, row: Memory, role: str | None = None) -> MemoryPayload:
+        """The payload of a memory row. `role` is not a column: the speaker's role of the
+        turn a promoted memory came from (None for a memory a caller wrote or rewrote)."""
         return cls(
             tenant_id=row.tenant_id,
             user_id=row.user_id,
@@ -89,6 +91,7 @@ class MemoryPayload:
             pinned=row.pinned,
             access_count=row.access_count,
             last_accessed_at=row.last_accessed_at,
+            role=role,
         )
 
     def as_patch(self) -> PayloadPatch:
