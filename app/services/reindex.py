@@ -69,7 +69,6 @@ class Reindexer:
 
     async def rebuild(self, batch: int = BATCH) -> dict[str, Any]:
         """Every live memory's point; returns {"memories": n, "batches": m}."""
-        await self.vectors.ensure_collection()
         after: tuple[str, uuid.UUID] | None = None
         memories = batches = 0
         while True:
