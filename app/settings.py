@@ -154,8 +154,30 @@ class Settings(BaseSettings):
     recency_lambda_per_day: float = Field(default=0.01, ge=0)
     importance_intrinsic_share: float = Field(default=0.7, ge=0, le=1)
     rrf_k: int = Field(default=10, ge=1)
-    dense_weight: float = Field(default=0.3, gt=0)
+    dense_weight: float = Field(
+        default=0.3, gt=0, description="RRF weight of the dense list, same-language candidates"
+    )
+    dense_weight_cross_language: float = Field(
+        default=2.0,
+        gt=0,
+        description="RRF weight of the dense list for a candidate in another language than "
+        "the query (zh vs en): only the encoder can match it",
+    )
     sparse_weight: float = Field(default=1.0, gt=0)
+    relevance_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="share of the calibrated relevance in the semantic ranking key; the rest "
+        "is the normalised rank fusion",
+    )
+    change_similarity: float = Field(
+        default=0.4,
+        ge=-1,
+        le=1,
+        description="turn-vector cosine above which a newer statement of a change goes above "
+        "an older result",
+    )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"
     )

@@ -19,8 +19,10 @@ from app.services.jobs import JobService
 from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
+from app.services.reindex import Reindexer
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
+from app.services.search import MinRelevance, NewerFactsFirst
 from app.services.summaries import SummaryService
 
 
@@ -41,7 +43,15 @@ def build_services(resources: Resources) -> Services:
     r = resources
     ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
     rewrite = RewriteService(ingest, r.llm)
-    recall = RecallService(r.db, r.vectors, r.embedder, r.settings, rewriter=rewrite.for_search)
+    recall = RecallService(
+        r.db,
+        r.vectors,
+        r.embedder,
+        r.settings,
+        rewriter=rewrite.for_search,
+        # docs/seams.md: newer statements of a change first, then the relevance floor.
+        stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
+    )
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
     summaries = build_summaries(r)
     return Services(
@@ -70,6 +80,11 @@ def build_services(resources: Resources) -> Services:
 def build_summaries(resources: Resources) -> SummaryService:
     r = resources
     return SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
+
+
+def build_reindexer(resources: Resources) -> Reindexer:
+    r = resources
+    return Reindexer(r.db, r.vectors, r.embedder, r.settings)
 
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:

@@ -14,13 +14,15 @@ import socket
 import uuid
 
 from app import logs
+from app.jobs import reindex
 from app.jobs import tasks as job_tasks
 from app.jobs.catalog import build_registry
 from app.jobs.registry import Registry
+from app.jobs.reindex import REINDEX
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.stores.buffer import WakeListener
-from app.wiring import build_promoter, build_summaries
+from app.wiring import build_promoter, build_reindexer, build_summaries
 
 log = logging.getLogger("strata.worker")
 
@@ -35,9 +37,15 @@ async def run_worker(
     promoter = build_promoter(resources, owner, stop)
     listener = resources.buffer.wake_listener()
     poll = resources.settings.worker_poll_seconds
-    registry = registry or build_registry(
-        resources.db, resources.settings, summary_service=build_summaries(resources)
-    )
+    if registry is None:
+        registry = build_registry(
+            resources.db,
+            resources.settings,
+            summary_service=build_summaries(resources),
+            reindexer=build_reindexer(resources),
+        )
+    if REINDEX in registry.kinds:
+        await _reindex_if_empty(resources)
     jobs = job_tasks.start(resources.db, resources.settings, owner, stop, registry)
     log.info("worker %s started", owner)
     try:
@@ -63,6 +71,17 @@ async def run_worker(
         with contextlib.suppress(Exception):
             await listener.close()
         log.info("worker %s stopped", owner)
+
+
+async def _reindex_if_empty(resources: Resources) -> None:
+    """An empty index beside live memories in SQL (a new index schema or model, a lost
+    volume): enqueue its rebuild. Never fatal: promotion and the jobs go on regardless."""
+    try:
+        await reindex.enqueue_if_empty(
+            resources.db, resources.vectors, max_attempts=resources.settings.job_max_attempts
+        )
+    except Exception:
+        log.exception("could not check whether the index needs a rebuild")
 
 
 async def _wait_for_work(listener: WakeListener, stop: asyncio.Event, poll: float) -> None:

@@ -38,7 +38,7 @@ from retrieval import BM25, Encoder, ranking
 KS = (1, 5, 10)
 TOP_K = 50
 CATEGORIES = ("same_language", "cross_language", "updated_fact", "filler", "no_match")
-THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+THRESHOLDS = (0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "bilingual_dev.json"
 
 
@@ -113,6 +113,8 @@ async def recall_service(api: Api, doc: JSON, questions: list[Question]) -> dict
             "top_k": TOP_K,
             "as_of": doc["as_of"],
             "reinforce": False,
+            # The ranking itself; the min_relevance table below applies thresholds to it.
+            "min_relevance": 0,
         }
         data, _ = await api.recall(body)
         if data is None:

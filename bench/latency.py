@@ -432,7 +432,7 @@ async def main_async(args: argparse.Namespace) -> int:
             rng,
             user_recall,
             args.memories,
-            per_session=1000,
+            per_session=args.session_turns,
             batch=1000,
             final_wait=True,
             timeout=args.index_timeout,
@@ -571,6 +571,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--promotion-messages", type=int, default=5000, help="(c)")
     p.add_argument("--promotion-sessions", type=int, default=5, help="(c) spread over")
     p.add_argument("--memories", type=int, default=20_000, help="(d) messages for the user")
+    p.add_argument(
+        "--session-turns", type=int, default=1000, help="(d) turns per session; (e) packs these"
+    )
     p.add_argument("--queries", type=int, default=2000, help="(d) recalls per mode")
     p.add_argument("--baseline-queries", type=int, default=200, help="(d) sequential, 0: skip")
     p.add_argument("--warmup", type=int, default=20, help="(d) recalls before measuring")
@@ -590,6 +593,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "promotion_messages": (1, 1_000_000),
         "promotion_sessions": (1, 1000),
         "memories": (1, 1_000_000),
+        "session_turns": (1, 100_000),
         "queries": (1, 1_000_000),
         "warmup": (1, 10_000),
         "baseline_queries": (0, 1_000_000),

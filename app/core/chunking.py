@@ -52,6 +52,7 @@ class Chunk:
     sources: list[dict[str, Any]]
     created_at: datetime
     importance: float
+    role: str = "user"  # the speaker's role; `content` is "speaker: text"
 
 
 def memory_id(tenant_id: str, session_id: str, incarnation: str, seq: int) -> uuid.UUID:
@@ -95,6 +96,7 @@ def chunk_turns(
                 sources=[source_of(message)],
                 created_at=message.created_at,
                 importance=heuristic_importance(message.content),
+                role=message.role,
             )
         )
         history.append(message)

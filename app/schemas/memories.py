@@ -13,11 +13,18 @@ from app.schemas.common import Content, Identifier, Metadata, Source, StrictMode
 MemoryType = Literal["episodic", "semantic", "procedural"]
 
 
+INTRINSIC = (
+    "intrinsic importance in [0, 1]: how much the memory matters in itself, set by its writer "
+    "(a caller, or promotion's heuristic). Recall's `scores.importance` blends it with how "
+    "often the memory was recalled"
+)
+
+
 class MemoryCreate(StrictModel):
     user_id: Identifier
     content: Content
     memory_type: MemoryType
-    importance: float | None = Field(default=None, ge=0, le=1)
+    importance: float | None = Field(default=None, ge=0, le=1, description=INTRINSIC)
     pinned: bool = False
     metadata: Metadata = Field(default_factory=dict)
     session_id: Identifier | None = None
@@ -40,7 +47,7 @@ class MemoryPatch(StrictModel):
     user_id: Identifier
     content: Content | None = None
     memory_type: MemoryType | None = None
-    importance: float | None = Field(default=None, ge=0, le=1)
+    importance: float | None = Field(default=None, ge=0, le=1, description=INTRINSIC)
     pinned: bool | None = None
     metadata: Metadata | None = None
     reason: Text | None = Field(default=None, max_length=1000, description="kept in the history")
@@ -52,11 +59,14 @@ class MemoryOut(BaseModel):
     session_id: str | None
     memory_type: MemoryType
     content: str
-    importance: float
+    importance: float = Field(description=INTRINSIC)
     pinned: bool
     access_count: int
     last_accessed_at: datetime | None
-    strength: float
+    strength: float = Field(
+        description="retention strength: starts at 1 and grows by one with each recall; "
+        "retention = exp(−days since last access / strength)"
+    )
     sources: list[Source]
     metadata: dict[str, Any]
     created_at: datetime

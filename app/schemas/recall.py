@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from app.core.relevance import DEFAULT_MIN_RELEVANCE
 from app.schemas.common import (
     EventTime,
     FilterValue,
@@ -58,6 +59,16 @@ class RecallRequest(StrictModel):
         default=None, description="'now' for decay; hides what was created after it"
     )
     reinforce: bool = Field(default=True, description="count this recall as an access")
+    min_relevance: float = Field(
+        default=DEFAULT_MIN_RELEVANCE,
+        ge=0,
+        le=1,
+        description="drop results whose `scores.semantic` (the calibrated relevance) is below "
+        "this, before `top_k`: a question about something never mentioned returns few or no "
+        f"results. Default {DEFAULT_MIN_RELEVANCE}, chosen on the benchmarks "
+        "(bench/README.md); 0 keeps everything. Applies to memories; summaries, asked for by "
+        "their period, are kept",
+    )
 
     model_config = {
         "json_schema_extra": {
@@ -67,9 +78,19 @@ class RecallRequest(StrictModel):
 
 
 class Scores(BaseModel):
-    semantic: float
-    recency: float
-    importance: float
+    semantic: float = Field(
+        description="calibrated relevance of the memory to the query in [0, 1], comparable "
+        "across queries and users (a logistic over the query's cosine with the memory's own "
+        "and indexed vectors and the share of the query's terms it holds); not a rank"
+    )
+    recency: float = Field(
+        description="exp(−λ·days since the memory was last accessed, or created), in [0, 1]"
+    )
+    importance: float = Field(
+        description="w·intrinsic + (1 − w)·access_count / the user's highest access_count "
+        "(w = 0.7): how much it was judged to matter (the memory's `importance`, 1 if pinned) "
+        "and how often it was found to"
+    )
 
 
 class RecallResult(BaseModel):
@@ -77,7 +98,10 @@ class RecallResult(BaseModel):
     kind: Literal["memory", "summary"]
     memory_type: MemoryType
     content: str
-    score: float
+    score: float = Field(
+        description="the ranking score in [0, 1]: α·(½·rank fusion + ½·semantic) + β·recency "
+        "+ γ·importance, weights normalised (docs/architecture.md §3)"
+    )
     scores: Scores
     created_at: datetime
     last_accessed_at: datetime | None

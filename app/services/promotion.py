@@ -39,6 +39,7 @@ from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
+from app.stores.models import Message
 from app.stores.sessions import Claim
 from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorPoint
 
@@ -111,12 +112,9 @@ class Promoter:
     async def promote(self, claim: Claim) -> int:
         cursor = claim.indexed_seq
         done = 0
-        context_turns = max(self.settings.dense_context_turns, self.settings.sparse_context_turns)
         while cursor < claim.last_seq and not self.stop.is_set():
             upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
-            # Earlier turns give the first new turns their context; system messages are
-            # skipped by the chunker, so read a little more than `context_turns`.
-            lookback = context_turns * 3 + 2 if context_turns else 0
+            lookback = context_lookback(self.settings)
             async with self.db.read() as tx:
                 rows = await message_store.seq_range(
                     tx,
@@ -125,12 +123,7 @@ class Promoter:
                     after_seq=max(0, cursor - lookback),
                     upto_seq=upto,
                 )
-            log_messages = [
-                LogMessage(
-                    r.session_id, r.seq, r.client_id, r.role, r.content, r.created_at, r.metadata_
-                )
-                for r in rows
-            ]
+            log_messages = [log_message(r) for r in rows]
             context = [m for m in log_messages if m.seq <= cursor]
             new = [m for m in log_messages if m.seq > cursor]
             chunks = chunk_turns(
@@ -148,44 +141,10 @@ class Promoter:
             cursor = upto
         return done
 
-    async def _embed(self, chunks: list[Chunk]) -> tuple[list[Chunk], list[list[float]]]:
-        """One embedding per distinct line; a chunk's vector blends in its context's.
-
-        Returns the chunks that could be embedded and their vectors: a line the provider
-        refuses is skipped (it stays in the log), so one message cannot stall a session.
-        """
-        if not chunks:
-            return [], []
-        lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
-        by_line: dict[str, np.ndarray[Any, Any]]
-        try:
-            vectors = await self.embedder.embed(lines, bulk=True)
-            by_line = {
-                line: np.asarray(v, dtype=np.float32)
-                for line, v in zip(lines, vectors, strict=True)
-            }
-        except EmbeddingRejected:
-            by_line = {}
-            for line in lines:
-                try:
-                    [one] = await self.embedder.embed([line], bulk=True)
-                    by_line[line] = np.asarray(one, dtype=np.float32)
-                except EmbeddingRejected:
-                    log.warning("embedding provider refused a message; it stays unindexed")
-        w = self.settings.dense_context_weight
-        kept: list[Chunk] = []
-        out: list[list[float]] = []
-        for c in chunks:
-            if c.content not in by_line:
-                continue
-            v = by_line[c.content]
-            context_vectors = [by_line[line] for line in c.dense_context if line in by_line]
-            if context_vectors and w > 0:
-                v = (1 - w) * v + w * np.mean(np.stack(context_vectors), axis=0)
-            norm = float(np.linalg.norm(v))
-            kept.append(c)
-            out.append((v / norm if norm else v).tolist())
-        return kept, out
+    async def _embed(
+        self, chunks: list[Chunk]
+    ) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
+        return await embed_chunks(self.embedder, chunks, self.settings.dense_context_weight)
 
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
         """Embed, read what exists, plan (pure), then write: the points, then one transaction.
@@ -193,10 +152,10 @@ class Promoter:
         False when the batch was rolled back because the lease was lost or a merge target
         vanished; the next pass redoes it.
         """
-        chunks, vectors = await self._embed(chunks)
+        chunks, vectors, turns = await self._embed(chunks)
         done, same_text = await self._existing(claim, chunks)
         plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
-        points = [self._point(claim, memory) for memory in plan.fresh]
+        points = [self._point(claim, memory, turns.get(memory.chunk.id)) for memory in plan.fresh]
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
@@ -292,11 +251,8 @@ class Promoter:
             )
         return events, patches
 
-    def _point(self, claim: Claim, memory: NewMemory) -> VectorPoint:
+    def _point(self, claim: Claim, memory: NewMemory, turn: list[float] | None) -> VectorPoint:
         chunk = memory.chunk
-        sparse = terms.document_vector(
-            chunk.content, chunk.sparse_context, self.settings.sparse_context_weight
-        )
         payload = MemoryPayload(
             tenant_id=claim.tenant_id,
             user_id=claim.user_id,
@@ -307,8 +263,11 @@ class Promoter:
             sources=memory.sources,
             metadata={},
             created_at=memory.created_at,
+            role=chunk.role,
         )
-        return VectorPoint(chunk.id, memory.vector, sparse, payload)
+        return chunk_point(
+            chunk.id, chunk, memory.vector, turn, payload, self.settings.sparse_context_weight
+        )
 
     @staticmethod
     def _row(claim: Claim, memory: NewMemory, now: datetime) -> memory_store.MemoryValues:
@@ -354,6 +313,78 @@ class Promoter:
             session = await session_store.get(tx, claim.tenant_id, claim.session_id)
         if session is None or session.created_at.isoformat() != claim.incarnation:
             await self.vectors.delete(ids)
+
+
+def context_lookback(settings: Settings) -> int:
+    """How many messages before a turn to read for its context: system messages are skipped
+    by the chunker, so a little more than the context turns."""
+    turns = max(settings.dense_context_turns, settings.sparse_context_turns)
+    return turns * 3 + 2 if turns else 0
+
+
+def log_message(row: Message) -> LogMessage:
+    return LogMessage(
+        row.session_id, row.seq, row.client_id, row.role, row.content, row.created_at, row.metadata_
+    )
+
+
+async def embed_chunks(
+    embedder: Embedder, chunks: list[Chunk], context_weight: float
+) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
+    """One embedding per distinct line; a chunk's vector blends in its context's.
+
+    Returns the chunks that could be embedded, their (blended) vectors, and each one's
+    own line's vector (the point's `turn` vector): a line the provider refuses is
+    skipped (it stays in the log), so one message cannot stall a session.
+    """
+    if not chunks:
+        return [], [], {}
+    lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
+    by_line: dict[str, np.ndarray[Any, Any]]
+    try:
+        vectors = await embedder.embed(lines, bulk=True)
+        by_line = {
+            line: np.asarray(v, dtype=np.float32) for line, v in zip(lines, vectors, strict=True)
+        }
+    except EmbeddingRejected:
+        by_line = {}
+        for line in lines:
+            try:
+                [one] = await embedder.embed([line], bulk=True)
+                by_line[line] = np.asarray(one, dtype=np.float32)
+            except EmbeddingRejected:
+                log.warning("embedding provider refused a message; it stays unindexed")
+    w = context_weight
+    kept: list[Chunk] = []
+    out: list[list[float]] = []
+    turns: dict[uuid.UUID, list[float]] = {}
+    for c in chunks:
+        if c.content not in by_line:
+            continue
+        v = by_line[c.content]
+        turns[c.id] = v.tolist()
+        context_vectors = [by_line[line] for line in c.dense_context if line in by_line]
+        if context_vectors and w > 0:
+            v = (1 - w) * v + w * np.mean(np.stack(context_vectors), axis=0)
+        norm = float(np.linalg.norm(v))
+        kept.append(c)
+        out.append((v / norm if norm else v).tolist())
+    return kept, out, turns
+
+
+def chunk_point(
+    point_id: uuid.UUID,
+    chunk: Chunk,
+    vector: list[float],
+    turn: list[float] | None,
+    payload: MemoryPayload,
+    sparse_context_weight: float,
+) -> VectorPoint:
+    """A chunk's point: its embedded vectors, its terms with their context's at
+    `sparse_context_weight`, and `payload`. Promotion and the reindex job both build points
+    here, so a rebuilt index is the one promotion wrote."""
+    sparse = terms.document_vector(chunk.content, chunk.sparse_context, sparse_context_weight)
+    return VectorPoint(point_id, vector, sparse, payload, turn)
 
 
 class _Stale(Exception):

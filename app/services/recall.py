@@ -2,9 +2,10 @@
 
 A search is a pipeline over one `SearchSpec` (`app.services.search`): rewrite the query,
 retrieve candidates, score them, then any further stages, then cut to `top_k`.
-Qdrant fuses the dense and sparse candidate lists (RRF); the fused score, normalised to
-[0, 1], is the `semantic` term. Recency and importance come from the point payload, so a
-recall costs one embedding and one index query. Reinforcement is counted in memory and
+The index returns two candidate lists (dense and sparse, one batched query, each hit with
+its payload and stored vectors); `Score` fuses them and computes the calibrated relevance
+reported as `semantic`. Recency and importance come from the point payload, so a recall
+costs one embedding and one index round trip. Reinforcement is counted in memory and
 flushed in batches about once a second, off the request's path: many recalls of the same
 memory cost one write.
 """
@@ -118,24 +119,23 @@ class RecallService:
         dense_task = asyncio.ensure_future(self._embed_query(spec.query))
         max_access = await self._max_access_count(spec.tenant_id, spec.user_id)
         dense = await dense_task
-        hits = await self.vectors.search(
+        sparse = terms.query_vector(spec.query)
+        lists = await self.vectors.candidates(
             VectorQuery(
                 tenant_id=spec.tenant_id,
                 user_id=spec.user_id,
                 dense=dense,
-                sparse=terms.query_vector(spec.query),
+                sparse=sparse,
                 limit=max(spec.top_k, s.candidate_pool),
                 memory_types=list(spec.memory_types) if spec.memory_types else None,
                 kinds=list(kinds),
                 created_from=spec.created_from.timestamp() if spec.created_from else None,
                 created_to=upper.timestamp() if upper else None,
                 metadata=dict(spec.metadata),
-                dense_weight=s.dense_weight,
-                sparse_weight=s.sparse_weight,
-                rrf_k=s.rrf_k,
+                source_session=spec.session_id if spec.session_scope else None,
             )
         )
-        return Pool(hits, max_access)
+        return Pool(lists, max_access, dense, frozenset(sparse.indices))
 
     async def _embed_query(self, query: str) -> list[float]:
         """Agents ask the same thing more than once (context for the same turn, retries):

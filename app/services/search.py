@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from app.core import scoring
+import numpy as np
+from numpy.typing import NDArray
+
+from app.core import ranking, relevance, scoring, terms
 from app.core.rewrite import Rewrite, Turn
 from app.schemas.common import Source
 from app.schemas.recall import RecallResult, Scores
 from app.settings import Settings
-from app.stores.vectors import VectorHit
+from app.stores.vectors import CandidateLists, VectorHit
 
 if TYPE_CHECKING:
     from app.schemas.recall import RecallRequest
@@ -43,11 +46,13 @@ class SearchSpec:
     as_of: datetime | None = None  # "now" for decay; hides what was created after it
     # The session the query was asked in: where a rewrite finds the turns it refers to.
     session_id: str | None = None
-    # Narrow to memories sourced from `session_id` (recall's `session_id`).
-    # Carried, not applied yet: the index payload's `session_id` is the first source's
-    # session only, while `sources` may span sessions. Context leaves it off: memories
-    # from the session's other turns and from other sessions are what context adds.
+    # Narrow to memories with a source in `session_id` (recall's `session_id`; the index
+    # filters its `source_sessions`). Context leaves it off: memories from the session's
+    # other turns and from other sessions are what context adds.
     session_scope: bool = False
+    # Results whose calibrated relevance (`scores.semantic`) is below this are dropped
+    # before `top_k` (`MinRelevance`); recall's default is `relevance.DEFAULT_MIN_RELEVANCE`.
+    min_relevance: float = 0.0
     rewrite: RewriteMode = "auto"
     # The conversation a rewrite reads, when the caller has it already (context); None: the
     # rewriter reads `session_id`'s newest turns itself.
@@ -72,6 +77,7 @@ class SearchSpec:
             as_of=body.as_of,
             session_id=body.session_id,
             session_scope=body.session_id is not None,
+            min_relevance=body.min_relevance,
             rewrite=body.rewrite,
         )
 
@@ -81,14 +87,25 @@ class SearchSpec:
             return self.created_to
         return min(self.created_to, self.as_of) if self.created_to is not None else self.as_of
 
+    def asks_about_a_period(self) -> bool:
+        """A time range asks about what was said then, not what holds now."""
+        return self.created_from is not None or self.created_to is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Pool:
-    """What retrieval found: the candidates, best fused score first, and the user's
-    highest access count (it normalises importance)."""
+    """What retrieval found: the two candidate lists (dense and sparse, best first, with
+    their stored vectors), the query's vector and index terms, and the user's highest
+    access count (it normalises importance)."""
 
-    hits: list[VectorHit]
+    lists: CandidateLists
     max_access: int
+    query_vector: Sequence[float] = ()
+    query_terms: frozenset[int] = frozenset()
+
+    @classmethod
+    def empty(cls) -> Pool:
+        return cls(CandidateLists([], []), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +160,30 @@ async def run_stages(
 
 
 class Score:
-    """The composite score (docs/architecture.md §3) over a pool, ranked best first (pure)."""
+    """The composite score (docs/architecture.md §3) over a pool, ranked best first (pure).
 
-    def __init__(self, settings: Settings) -> None:
+    Rank fusion in Python (weighted RRF, the dense weight per candidate by language), the
+    penalties on the normalised fused score (`app.core.ranking`), the calibrated relevance
+    (`app.core.relevance`, reported as `semantic`), then
+    `score = α·key + β·recency + γ·importance` with `key = (1 − s)·fused + s·relevance`
+    (`s` = `relevance_share`, ½).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        calibration: relevance.Calibration = relevance.PLAIN_COVERAGE,
+        penalties: ranking.Penalties = ranking.Penalties(),
+    ) -> None:
         self.settings = settings
+        self.calibration = calibration
+        self.penalties = penalties
+        self.fusion = ranking.FusionWeights(
+            k=settings.rrf_k,
+            sparse=settings.sparse_weight,
+            dense_same=settings.dense_weight,
+            dense_cross=settings.dense_weight_cross_language,
+        )
 
     def default_weights(self) -> scoring.Weights:
         s = self.settings
@@ -155,25 +192,141 @@ class Score:
     def __call__(self, spec: SearchSpec, pool: Pool) -> list[Candidate]:
         now = spec.as_of or datetime.now(UTC)
         w = (spec.weights or self.default_weights()).normalised()
+        hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.settings.candidate_pool))
+        if not hits:
+            return []
+        q = _unit_rows(np.asarray([pool.query_vector], dtype=np.float32))[0]
+        cos_chunk = _unit_rows(_stack([h.vectors.dense if h.vectors else [] for h, _ in hits]))
+        cos_turn = _unit_rows(_stack([h.vectors.turn if h.vectors else [] for h, _ in hits]))
+        chunk_cos, turn_cos = cos_chunk @ q, cos_turn @ q
+        share = self.settings.relevance_share
+        best = self.fusion.best()
         candidates = []
-        for hit in pool.hits:
-            semantic, recency, importance = self._terms(hit, now, pool.max_access)
-            score = scoring.combine(w, semantic, recency, importance)
-            candidates.append(Candidate(hit, semantic, recency, importance, score))
+        for n, (hit, fused) in enumerate(hits):
+            rel, fused_norm = self._match(
+                hit, pool, fused / best, float(turn_cos[n]), float(chunk_cos[n])
+            )
+            key = (1 - share) * fused_norm + share * rel
+            recency, importance = self._terms(hit, now, pool.max_access)
+            score = scoring.combine(w, key, recency, importance)
+            candidates.append(Candidate(hit, rel, recency, importance, score))
         return sorted(candidates, key=lambda c: c.score, reverse=True)
 
-    def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float, float]:
-        """(semantic, recency, importance) of one candidate."""
+    def _match(
+        self, hit: VectorHit, pool: Pool, fused_norm: float, cos_turn: float, cos_chunk: float
+    ) -> tuple[float, float]:
+        """(calibrated relevance, penalised fused score) of one candidate."""
+        p = hit.payload
+        text = p.text
+        own_terms = {terms.term_id(t) for t in terms.tokenize(p.content)}
+        chunk_terms = set(hit.vectors.sparse_ids) if hit.vectors else own_terms
+        f = relevance.Features(
+            cos_turn=cos_turn,
+            cos_chunk=cos_chunk,
+            cov_own=relevance.coverage(pool.query_terms, own_terms),
+            cov_chunk=relevance.coverage(pool.query_terms, chunk_terms | own_terms),
+        )
+        own = ranking.own_match(f.cov_own, f.cov_chunk, f.cos_turn, f.cos_chunk)
+        factor = ranking.penalty_factor(
+            own,
+            len(terms.tokenize(text)),
+            ranking.asks_only(p.role, text, self.penalties.asking_terms),
+            self.penalties,
+        )
+        return self.calibration(f), min(1.0, max(0.0, fused_norm)) * factor
+
+    def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float]:
+        """(recency, importance) of one candidate."""
         s = self.settings
         p = hit.payload
         last = p.last_accessed_at or p.created_at
-        semantic = scoring.semantic_from_rrf(hit.score, s.dense_weight, s.sparse_weight, s.rrf_k)
         recency = scoring.recency(now, last, s.recency_lambda_per_day)
         intrinsic = 1.0 if p.pinned else p.importance
         importance = scoring.importance(
             intrinsic, p.access_count, max_access, s.importance_intrinsic_share
         )
-        return semantic, recency, importance
+        return recency, importance
+
+
+def fused_pool(
+    spec: SearchSpec, pool: Pool, fusion: ranking.FusionWeights, limit: int
+) -> list[tuple[VectorHit, float]]:
+    """The two lists fused (weighted RRF, each dense rank weighted by the candidate's
+    language against the query's), the best `limit` with their fused scores."""
+    query_language = ranking.language(spec.query)
+    by_id = {h.id: h for h in (*pool.lists.dense, *pool.lists.sparse)}
+    dense = [
+        (h.id, fusion.dense_for(query_language, ranking.language(h.payload.text)))
+        for h in pool.lists.dense
+    ]
+    fused = ranking.fuse(dense, [h.id for h in pool.lists.sparse], fusion)
+    best = sorted(fused.items(), key=lambda kv: kv[1], reverse=True)[:limit]
+    return [(by_id[key], score) for key, score in best]
+
+
+def _stack(rows: list[list[float]]) -> NDArray[np.float32]:
+    dim = max((len(r) for r in rows), default=0)
+    out = np.zeros((len(rows), dim), dtype=np.float32)
+    for i, r in enumerate(rows):
+        if r:
+            out[i] = r
+    return out
+
+
+def _unit_rows(m: NDArray[np.float32]) -> NDArray[np.float32]:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    out: NDArray[np.float32] = m / np.maximum(norms, 1e-12)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class MinRelevance:
+    """Drops memories that are not about the query at all (`min_relevance`), before `top_k`.
+
+    Summaries are kept: the relevance is calibrated on single turns, and a summary is asked
+    for by its period ("what happened last week?", `kinds: [summary]` with a `time_range`),
+    which a turn-level relevance does not measure."""
+
+    async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
+        if spec.min_relevance <= 0:
+            return candidates
+        return [
+            c
+            for c in candidates
+            if c.semantic >= spec.min_relevance or c.hit.payload.kind == "summary"
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class NewerFactsFirst:
+    """A result that states a change (改成, 取消, instead, no longer, moved …) goes just above
+    the highest-ranked older result whose own text is similar (turn-vector cosine ≥
+    `min_similarity`): the statement it most likely replaces. Skipped when the request
+    asks about a period (`time_range`), where the older statement may be the answer.
+    With `as_of` it applies among what existed then: "newer" is relative to that moment."""
+
+    min_similarity: float = 0.4
+
+    async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
+        if spec.asks_about_a_period() or len(candidates) < 2:
+            return candidates
+        items = [
+            ranking.Statement(
+                created_at=c.hit.payload.created_at.timestamp(),
+                changes=ranking.states_change(c.hit.payload.text),
+                vector=_unit(c.hit.vectors.turn) if c.hit.vectors else None,
+            )
+            for c in candidates
+        ]
+        return [candidates[i] for i in ranking.promote_changes(items, self.min_similarity)]
+
+
+def _unit(v: list[float]) -> NDArray[np.float32] | None:
+    if not v:
+        return None
+    a = np.asarray(v, dtype=np.float32)
+    n = float(np.linalg.norm(a))
+    return a / n if n > 0 else None
 
 
 def to_result(candidate: Candidate) -> RecallResult:

@@ -39,6 +39,30 @@ async def exists_any(tx: AsyncSession, tenant_id: str, user_id: str, memory_id: 
     return (await tx.execute(stmt)).first() is not None
 
 
+async def any_live(tx: AsyncSession) -> bool:
+    """Whether any tenant has a memory that is not deleted."""
+    stmt = sa.select(sa.literal(1)).where(Memory.deleted_at.is_(None)).limit(1)
+    return (await tx.execute(stmt)).first() is not None
+
+
+async def live_page(
+    tx: AsyncSession, *, after: tuple[str, uuid.UUID] | None, limit: int
+) -> list[Memory]:
+    """Live memories of every tenant in (tenant_id, id) order, from after the key `after`:
+    a keyset cursor that rows written or deleted meanwhile cannot shift."""
+    stmt = sa.select(Memory).where(Memory.deleted_at.is_(None))
+    if after is not None:
+        tenant_id, memory_id = after
+        stmt = stmt.where(
+            sa.or_(
+                Memory.tenant_id > tenant_id,
+                sa.and_(Memory.tenant_id == tenant_id, Memory.id > memory_id),
+            )
+        )
+    stmt = stmt.order_by(Memory.tenant_id, Memory.id).limit(limit)
+    return list((await tx.execute(stmt)).scalars().all())
+
+
 async def get_many(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:
     rows: list[Memory] = []
     for start in range(0, len(ids), _CHUNK):

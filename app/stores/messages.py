@@ -13,6 +13,7 @@ from app.stores.models import Message
 
 # SQLite's default limit is 32,766 bound parameters; 10 columns a row keeps inserts under it.
 _INSERT_CHUNK = 500
+_SPANS = 200  # seq spans OR-ed in one query
 
 
 async def existing_client_ids(
@@ -75,6 +76,24 @@ async def seq_range(
         .order_by(Message.seq)
     )
     return list((await tx.execute(stmt)).scalars().all())
+
+
+async def windows(
+    tx: AsyncSession, tenant_id: str, session_id: str, spans: Sequence[tuple[int, int]]
+) -> list[Message]:
+    """The messages of a session whose seq lies in any of the spans `(after, upto]`."""
+    if not spans:
+        return []
+    found: dict[int, Message] = {}
+    for start in range(0, len(spans), _SPANS):
+        part = spans[start : start + _SPANS]
+        stmt = sa.select(Message).where(
+            Message.tenant_id == tenant_id,
+            Message.session_id == session_id,
+            sa.or_(*(sa.and_(Message.seq > a, Message.seq <= b) for a, b in part)),
+        )
+        found.update((m.seq, m) for m in (await tx.execute(stmt)).scalars())
+    return [found[seq] for seq in sorted(found)]
 
 
 async def delete_session(tx: AsyncSession, tenant_id: str, session_id: str) -> int:

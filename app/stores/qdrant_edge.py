@@ -18,8 +18,10 @@ from app.errors import VectorStoreUnavailable
 from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
+    CandidateLists,
     MemoryPayload,
     PayloadPatch,
+    StoredVectors,
     VectorHit,
     VectorPoint,
     VectorQuery,
@@ -45,7 +47,10 @@ class QdrantEdgeIndex:
         import qdrant_edge as qe
 
         config = qe.EdgeConfig(
-            vectors={"dense": qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine)},
+            vectors={
+                name: qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine)
+                for name in ("dense", "turn")
+            },
             sparse_vectors={"sparse": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         )
         if (self.path / "edge_config.json").exists() or any(self.path.glob("segments*")):
@@ -84,7 +89,11 @@ class QdrantEdgeIndex:
         edge_points = [
             qe.Point(
                 p.id,
-                {"dense": p.dense, "sparse": qe.SparseVector(p.sparse.indices, p.sparse.values)},
+                {
+                    "dense": p.dense,
+                    "turn": p.turn_vector,
+                    "sparse": qe.SparseVector(p.sparse.indices, p.sparse.values),
+                },
                 p.payload.to_dict(),
             )
             for p in points
@@ -130,14 +139,19 @@ class QdrantEdgeIndex:
             )
         return qe.Filter(must=must)
 
-    async def search(self, query: VectorQuery) -> list[VectorHit]:
+    async def candidates(self, query: VectorQuery) -> CandidateLists:
         import qdrant_edge as qe
 
         flt = self._filter(query)
-        prefetches = [
-            qe.Prefetch(query.limit, query=qe.Query.Nearest(query.dense, using="dense"), filter=flt)
+        requests = [
+            qe.QueryRequest(
+                limit=query.limit,
+                query=qe.Query.Nearest(query.dense, using="dense"),
+                filter=flt,
+                with_payload=True,
+                with_vector=list(_VECTORS),
+            )
         ]
-        weights = [query.dense_weight]
         if query.sparse.indices:
             user = qe.Filter(
                 must=[
@@ -145,28 +159,28 @@ class QdrantEdgeIndex:
                     qe.FieldCondition("user_id", match=qe.MatchValue(query.user_id)),
                 ]
             )
-            sparse = qe.SparseVector(query.sparse.indices, query.sparse.values)
-            prefetches.append(
-                qe.Prefetch(
-                    query.limit,
-                    query=qe.Query.Nearest(sparse, using="sparse"),
+            requests.append(
+                qe.QueryRequest(
+                    limit=query.limit,
+                    query=qe.Query.Nearest(
+                        qe.SparseVector(query.sparse.indices, query.sparse.values), using="sparse"
+                    ),
                     filter=flt,
                     # IDF over this user's memories, not the whole shard (+0.01 R@10).
                     params=qe.SearchParams(idf=qe.IdfParams(corpus=user)),
+                    with_payload=True,
+                    with_vector=list(_VECTORS),
                 )
             )
-            weights.append(query.sparse_weight)
-        request = qe.QueryRequest(
-            limit=query.limit,
-            prefetches=prefetches,
-            query=qe.Fusion.Rrf(query.rrf_k, weights),  # type: ignore[arg-type]
-            with_payload=True,
-        )
-        points = await self._run(lambda: self._shard.query(request))
-        return [
-            VectorHit(_as_uuid(p.id), p.score, MemoryPayload.from_dict(p.payload or {}))
-            for p in points
-        ]
+        # One planned batch: both lists share a pass over the segments.
+        lists = await self._run(lambda: self._shard.query_batch(qe.QueryBatchRequest(requests)))
+        hits = [[_hit(p) for p in points] for points in lists]
+        return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
+
+    async def count(self) -> int:
+        import qdrant_edge as qe
+
+        return int(await self._run(lambda: self._shard.count(qe.CountRequest(exact=True))))
 
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
         if not ids:
@@ -195,6 +209,21 @@ class QdrantEdgeIndex:
                     self._shard = None
 
         await asyncio.to_thread(shut)
+
+
+_VECTORS = ("dense", "turn", "sparse")
+
+
+def _hit(p: Any) -> VectorHit:
+    named = p.vector if isinstance(p.vector, dict) else {}
+    dense = list(named.get("dense") or [])
+    sparse = named.get("sparse")
+    vectors = StoredVectors(
+        dense=dense,
+        turn=list(named.get("turn") or dense),
+        sparse_ids=list(getattr(sparse, "indices", None) or []),
+    )
+    return VectorHit(_as_uuid(p.id), p.score, MemoryPayload.from_dict(p.payload or {}), vectors)
 
 
 def _as_uuid(value: Any) -> uuid.UUID:

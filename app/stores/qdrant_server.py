@@ -14,8 +14,10 @@ from app.errors import VectorStoreUnavailable
 from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
+    CandidateLists,
     MemoryPayload,
     PayloadPatch,
+    StoredVectors,
     VectorHit,
     VectorPoint,
     VectorQuery,
@@ -49,7 +51,8 @@ class QdrantServerIndex:
             await self.client.create_collection(
                 self.collection,
                 vectors_config={
-                    "dense": qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE)
+                    name: qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE)
+                    for name in ("dense", "turn")
                 },
                 sparse_vectors_config={"sparse": qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
             )
@@ -79,6 +82,7 @@ class QdrantServerIndex:
                 id=str(p.id),
                 vector={
                     "dense": p.dense,
+                    "turn": p.turn_vector,
                     "sparse": qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
                 },
                 payload=p.payload.to_dict(),
@@ -132,37 +136,39 @@ class QdrantServerIndex:
             )
         return qm.Filter(must=must)
 
-    async def search(self, query: VectorQuery) -> list[VectorHit]:
+    async def candidates(self, query: VectorQuery) -> CandidateLists:
         flt = self._filter(query)
-        prefetch = [qm.Prefetch(query=query.dense, using="dense", filter=flt, limit=query.limit)]
-        weights = [query.dense_weight]
+        requests = [
+            qm.QueryRequest(
+                query=query.dense,
+                using="dense",
+                filter=flt,
+                limit=query.limit,
+                with_payload=True,
+                with_vector=list(_VECTORS),
+            )
+        ]
         if query.sparse.indices:
             # IDF over this user's memories, not the whole collection (+0.01 R@10).
             idf = None if self.local else qm.IdfCorpusParams(corpus=self._user_filter(query))
-            prefetch.append(
-                qm.Prefetch(
+            requests.append(
+                qm.QueryRequest(
                     query=qm.SparseVector(indices=query.sparse.indices, values=query.sparse.values),
                     using="sparse",
                     filter=flt,
                     limit=query.limit,
                     params=qm.SearchParams(idf=idf) if idf else None,
+                    with_payload=True,
+                    with_vector=list(_VECTORS),
                 )
             )
-            weights.append(query.sparse_weight)
-        fusion = qm.RrfQuery(rrf=qm.Rrf(k=query.rrf_k, weights=weights))
-        result = await self._call(
-            self.client.query_points(
-                self.collection,
-                prefetch=prefetch,
-                query=fusion,
-                limit=query.limit,
-                with_payload=True,
-            )
-        )
-        return [
-            VectorHit(uuid.UUID(str(p.id)), p.score, MemoryPayload.from_dict(p.payload or {}))
-            for p in result.points
-        ]
+        responses = await self._call(self.client.query_batch_points(self.collection, requests))
+        hits = [[_hit(p) for p in r.points] for r in responses]
+        return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
+
+    async def count(self) -> int:
+        result = await self._call(self.client.count(self.collection, exact=True))
+        return int(result.count)
 
     @staticmethod
     def _user_filter(q: VectorQuery) -> qm.Filter:
@@ -202,3 +208,22 @@ class QdrantServerIndex:
             return await awaitable
         except Exception as exc:
             raise VectorStoreUnavailable(str(exc) or type(exc).__name__) from exc
+
+
+_VECTORS = ("dense", "turn", "sparse")
+
+
+def _hit(p: qm.ScoredPoint) -> VectorHit:
+    named = p.vector if isinstance(p.vector, dict) else {}
+    dense: Any = named.get("dense")
+    turn: Any = named.get("turn")
+    sparse = named.get("sparse")
+    dense_list = [float(x) for x in dense] if isinstance(dense, list) else []
+    vectors = StoredVectors(
+        dense=dense_list,
+        turn=[float(x) for x in turn] if isinstance(turn, list) else dense_list,
+        sparse_ids=list(sparse.indices) if isinstance(sparse, qm.SparseVector) else [],
+    )
+    return VectorHit(
+        uuid.UUID(str(p.id)), p.score, MemoryPayload.from_dict(p.payload or {}), vectors
+    )

@@ -6,8 +6,10 @@
 - `app.stores.qdrant_edge.QdrantEdgeIndex`: Qdrant's engine in-process (qdrant-edge-py), for
   the embedded mode.
 
-Each point is a memory: named vectors `dense` (cosine) and `sparse` (BM25 term weights,
-IDF applied by Qdrant), and a payload that lets recall answer without a database trip.
+Each point is a memory: named vectors `dense` (cosine; the turn blended with the turns
+before it, what dense search matches), `turn` (cosine; the memory's own text alone, for the
+calibrated relevance and change promotion) and `sparse` (BM25 term weights, IDF applied by
+Qdrant), and a payload that lets recall answer without a database trip.
 Each implementation lives in its own module, so a process imports only the client it uses.
 """
 
@@ -24,7 +26,11 @@ from app.core.terms import SparseVec
 if TYPE_CHECKING:
     from app.stores.models import Memory
 
-KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id")
+KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "source_sessions")
+# The index's schema, in the collection's name: a new named vector or indexed field means a
+# new collection, rebuilt from SQL by the `reindex` job (app/jobs/reindex.py), which a worker
+# enqueues at start when the collection is empty and SQL holds live memories.
+SCHEMA_VERSION = 2
 FLOAT_FIELDS = ("created_at",)
 
 
@@ -64,9 +70,14 @@ class MemoryPayload:
     access_count: int = 0
     last_accessed_at: datetime | None = None
     kind: str = "memory"
+    # The speaker's role of a promoted turn (its content is "speaker: text"); None for a
+    # memory a caller wrote. Fixed at creation, like the content.
+    role: str | None = None
 
     @classmethod
-    def from_row(cls, row: Memory) -> MemoryPayload:
+    def from_row(cls, row: Memory, role: str | None = None) -> MemoryPayload:
+        """The payload of a memory row. `role` is not a column: the speaker's role of the
+        turn a promoted memory came from (None for a memory a caller wrote or rewrote)."""
         return cls(
             tenant_id=row.tenant_id,
             user_id=row.user_id,
@@ -80,6 +91,7 @@ class MemoryPayload:
             pinned=row.pinned,
             access_count=row.access_count,
             last_accessed_at=row.last_accessed_at,
+            role=role,
         )
 
     def as_patch(self) -> PayloadPatch:
@@ -102,6 +114,7 @@ class MemoryPayload:
             "user_id": self.user_id,
             "kind": self.kind,
             "content": self.content,
+            "role": self.role,
             **encode_patch(self.as_patch()),
         }
 
@@ -122,7 +135,15 @@ class MemoryPayload:
             access_count=int(raw.get("access_count", 0)),
             last_accessed_at=datetime.fromtimestamp(last, UTC) if last is not None else None,
             kind=raw.get("kind", "memory"),
+            role=raw.get("role"),
         )
+
+    @property
+    def text(self) -> str:
+        """The content without the "speaker: " a promoted turn starts with."""
+        if self.role is None:
+            return self.content
+        return self.content.partition(": ")[2] or self.content
 
 
 def _epoch(dt: datetime | None) -> float | None:
@@ -145,7 +166,16 @@ def encode_patch(patch: PayloadPatch) -> dict[str, Any]:
         out[key] = encode(value) if encode else value
     if "metadata" in patch:
         out["meta_filter"] = filterable(patch["metadata"])
+    if "sources" in patch:
+        out["source_sessions"] = source_sessions(patch["sources"])
     return out
+
+
+def source_sessions(sources: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every session a memory was sourced from, as the index filters recall's `session_id`
+    (a keyword array matches when any element does). Derived from `sources`, so every
+    patch that changes them (a merge, a session deleted) keeps it in step."""
+    return sorted({str(s["session_id"]) for s in sources if s.get("session_id")})
 
 
 def filterable(metadata: Mapping[str, Any]) -> dict[str, str | int]:
@@ -167,11 +197,18 @@ class VectorPoint:
     dense: list[float]
     sparse: SparseVec
     payload: MemoryPayload
+    turn: list[float] | None = None  # the memory's own text alone; None: same as `dense`
+
+    @property
+    def turn_vector(self) -> list[float]:
+        return self.turn if self.turn is not None else self.dense
 
 
 @dataclass(slots=True)
 class VectorQuery:
-    """A hybrid query scoped to one user of one tenant; the scope is not optional."""
+    """Two candidate lists scoped to one user of one tenant (the scope is not optional):
+    the `limit` nearest by the dense vector and the `limit` best by the sparse terms (IDF
+    over this user's memories), under the same filters. Recall fuses them itself."""
 
     tenant_id: str
     user_id: str
@@ -183,16 +220,30 @@ class VectorQuery:
     created_from: float | None = None
     created_to: float | None = None
     metadata: dict[str, str | int | bool] = field(default_factory=dict)
-    dense_weight: float = 1.0
-    sparse_weight: float = 1.0
-    rrf_k: int = 60
+    source_session: str | None = None  # only memories with a source in this session
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVectors:
+    """A hit's stored vectors, which recall's relevance and change promotion read."""
+
+    dense: list[float]
+    turn: list[float]
+    sparse_ids: list[int]
 
 
 @dataclass(frozen=True, slots=True)
 class VectorHit:
     id: uuid.UUID
-    score: float
+    score: float  # the list's own score: cosine (dense) or IDF-weighted BM25 (sparse)
     payload: MemoryPayload
+    vectors: StoredVectors | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateLists:
+    dense: list[VectorHit]  # best first
+    sparse: list[VectorHit]  # best first; empty for a query without index terms
 
 
 class VectorIndex(Protocol):
@@ -205,16 +256,24 @@ class VectorIndex(Protocol):
         """Overwrite these payload fields of points; points that do not exist are skipped."""
         ...
 
-    async def search(self, query: VectorQuery) -> list[VectorHit]: ...
+    async def candidates(self, query: VectorQuery) -> CandidateLists:
+        """Both candidate lists, each hit with its payload and stored vectors."""
+        ...
+
+    async def count(self) -> int:
+        """Points in the collection (all tenants): 0 means a new, empty index."""
+        ...
+
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]: ...
     async def ping(self) -> float: ...
     async def close(self) -> None: ...
 
 
 def collection_name(prefix: str, model_id: str, dim: int) -> str:
-    """One collection per embedding model: a new model means a reindex, never mixed vectors."""
+    """One collection per embedding model and index schema: a new model or schema means a
+    reindex, never mixed vectors."""
     safe = "".join(c if c.isalnum() else "_" for c in model_id)
-    return f"{prefix}_{safe}_{dim}"
+    return f"{prefix}_v{SCHEMA_VERSION}_{safe}_{dim}"
 
 
 def scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:
@@ -224,6 +283,8 @@ def scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:
         conds.append(("memory_type", tuple(q.memory_types)))
     if q.kinds:
         conds.append(("kind", tuple(q.kinds)))
+    if q.source_session is not None:
+        conds.append(("source_sessions", q.source_session))
     for key, value in q.metadata.items():  # see `filterable` above
         if isinstance(value, bool):
             conds.append((f'meta_filter."bool:{key}"', int(value)))

@@ -610,7 +610,7 @@ def min_relevance_table(bi: Prepared, lo: Prepared, v: Variant, rel: Calibrator)
     nm = [q for q in bi.queries if q.category == "no_match"]
     ans = [q for q in bi.queries if q.category != "no_match"]
     rows = []
-    for t in (0.0, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7):
+    for t in (0.0, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7):
 
         def kept(r: tuple[list[str], list[float]], t: float = t) -> list[str]:
             return [i for i, x in zip(*r, strict=True) if x >= t]

@@ -130,7 +130,8 @@ async def test_an_update_changes_only_the_fields_it_names(
     user, session = ids("user"), ids("session")
     url = f"/v1/sessions/{session}"
     made = await running.client.put(url, json={"user_id": user, "metadata": {"a": 1}})
-    await post_messages(running, session, user, [turn("hello")], wait=False)
+    # Indexed first: the worker moving `indexed_seq` meanwhile would change what is read.
+    await post_messages(running, session, user, [turn("hello")], wait=True)
     changed = await running.client.put(url, json={"user_id": user, "system_prompt": "Be kind."})
     assert changed.status_code == 200
     body = changed.json()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.conftest import Running, post_messages, recall, settle, turn
 
 
@@ -170,3 +172,75 @@ async def test_recall_naming_another_users_session_is_404(
         "/v1/recall", json={"user_id": owner, "query": "hello", "session_id": session}
     )
     assert mine.status_code == 200
+
+
+README_EXAMPLE = [
+    turn("I moved to Lisbon last May.", id="m1", created_at="2025-11-03T10:00:00+00:00"),
+    turn("How do you like it?", "assistant", id="m2", created_at="2025-11-03T10:00:20+00:00"),
+    turn("我很喜欢这里的海鲜。", id="m3", created_at="2025-11-03T10:01:05+00:00"),
+]
+
+
+async def test_the_readme_example_finds_the_fact_first(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """README.md, "Using it": the fact above the question that followed it; a question
+    about something never mentioned returns nothing above `min_relevance`."""
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, README_EXAMPLE)
+    for query in ("Ana 住在哪里？", "Which city did I move to?"):
+        results = await recall(running, user, query, min_relevance=0)
+        assert results[0]["content"] == "user: I moved to Lisbon last May.", query
+        assert all(0 <= r["scores"]["semantic"] <= 1 for r in results)
+    assert await recall(running, user, "What is my dentist's name?") == []
+    lisbon = (await recall(running, user, "Lisbon"))[0]
+    assert lisbon["sources"][0]["message_id"] == "m1"
+
+
+@pytest.mark.xfail(strict=True, reason="known gaps, bench/README.md 'Recall trust': see below")
+async def test_the_readme_example_gaps(running: Running, ids: Callable[[str], str]) -> None:
+    """Two things this release does not do yet. (1) "Where does Ana live?": the encoder puts
+    the Lisbon turn furthest from the question (cosine 0.11 against 0.21 and 0.15) and no
+    term is shared, so the Chinese reply (cross-language dense weight) ranks first.
+    (2) A deleted memory's words stay in the sparse context its neighbours were indexed
+    with, so after deleting the Lisbon turn, "Lisbon" still matches the reply after it."""
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, README_EXAMPLE)
+    first = await recall(running, user, "Where does Ana live?", min_relevance=0)
+    lisbon = (await recall(running, user, "Lisbon"))[0]
+    deleted = await running.client.delete(f"/v1/memories/{lisbon['id']}", params={"user_id": user})
+    assert deleted.status_code == 204
+    left = await recall(running, user, "Lisbon")
+    assert first[0]["content"] == "user: I moved to Lisbon last May."
+    assert left == []
+
+
+async def test_session_id_narrows_to_memories_sourced_from_it(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, one, two = ids("user"), ids("one"), ids("two")
+    await post_messages(running, one, user, [turn("We booked the ferry to Porto.", id="a")])
+    await post_messages(running, two, user, [turn("We booked the train to Porto.", id="b")])
+    everywhere = await recall(running, user, "Porto booking", min_relevance=0)
+    assert {r["sources"][0]["message_id"] for r in everywhere} == {"a", "b"}
+    only_two = await recall(running, user, "Porto booking", session_id=two, min_relevance=0)
+    assert [r["sources"][0]["message_id"] for r in only_two] == ["b"]
+    # The same text again in session one merges into a's memory: now sourced from both.
+    await post_messages(running, two, user, [turn("We booked the ferry to Porto.", id="c")])
+    merged = await recall(running, user, "ferry", session_id=two, min_relevance=0)
+    assert sorted(s["message_id"] for s in merged[0]["sources"]) == ["a", "c"]
+    # Deleting session one leaves that memory sourced from session two only.
+    deleted = await running.client.delete(f"/v1/sessions/{one}", params={"user_id": user})
+    assert deleted.status_code == 200, deleted.text
+    assert await recall(running, user, "ferry", session_id=two, min_relevance=0) != []
+
+
+async def test_min_relevance_drops_what_is_not_about_the_query(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn("I adopted a grey cat named Miso.")])
+    assert await recall(running, user, "What is my car insurance number?", min_relevance=0) != []
+    assert await recall(running, user, "What is my car insurance number?", min_relevance=0.5) == []
+    kept = await recall(running, user, "my cat Miso", min_relevance=0.5)
+    assert kept[0]["scores"]["semantic"] >= 0.5

@@ -24,6 +24,7 @@ TEA = MemoryPayload(
     pinned=True,
     access_count=4,
     last_accessed_at=SEEN,
+    role="user",
 )
 
 
@@ -36,6 +37,7 @@ def test_the_stored_form_is_what_the_index_filters_on() -> None:
         "kind": "memory",
         "memory_type": "episodic",
         "content": "user: I like tea",
+        "role": "user",
         "importance": 0.7,
         "pinned": 1,
         "access_count": 4,
@@ -44,7 +46,20 @@ def test_the_stored_form_is_what_the_index_filters_on() -> None:
         "sources": [{"session_id": "s", "message_id": "m1", "seq": 1}],
         "metadata": {"topic": "drinks", "n": 3, "flag": True, "nested": {"x": 1}},
         "meta_filter": {"topic": "drinks", "n": 3, "bool:flag": 1},
+        "source_sessions": ["s"],
     }
+    assert MemoryPayload.from_dict(stored).text == "I like tea"
+
+
+def test_source_sessions_follow_every_change_of_the_sources() -> None:
+    two = [
+        {"session_id": "b", "message_id": "m1", "seq": 1},
+        {"session_id": "a", "message_id": "m2", "seq": 2},
+        {"session_id": "b", "message_id": "m3", "seq": 3},
+    ]
+    assert encode_patch(PayloadPatch(sources=two))["source_sessions"] == ["a", "b"]
+    assert encode_patch(PayloadPatch(sources=[]))["source_sessions"] == []
+    assert "source_sessions" not in encode_patch(PayloadPatch(session_id=None))
 
 
 def test_no_session_is_stored_as_an_empty_keyword_and_read_back_as_none() -> None:
@@ -73,7 +88,9 @@ def test_a_patch_is_encoded_as_the_full_payload_encodes_those_fields() -> None:
         "meta_filter": {"bool:on": 0},
     }
     assert encode_patch(TEA.as_patch()) == {
-        k: v for k, v in full.items() if k not in {"tenant_id", "user_id", "kind", "content"}
+        k: v
+        for k, v in full.items()
+        if k not in {"tenant_id", "user_id", "kind", "content", "role"}
     }
 
 

@@ -10,41 +10,47 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core import scoring
+from app.core import relevance, scoring, terms
 from app.schemas.recall import RecallRequest
 from app.services.search import (
     Candidate,
+    MinRelevance,
+    NewerFactsFirst,
     Pool,
     Score,
     SearchSpec,
+    fused_pool,
     no_rewrite,
     run_stages,
     to_result,
 )
 from app.settings import Settings
-from app.stores.vectors import MemoryPayload, VectorHit
+from app.stores.vectors import CandidateLists, MemoryPayload, StoredVectors, VectorHit
 
 settings = Settings(_env_file=None)
 score = Score(settings)
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
-BEST_RRF = sum(
-    1.0 / (settings.rrf_k - 1 + 1.0 / w) for w in (settings.dense_weight, settings.sparse_weight)
-)
+QUERY = [1.0, 0.0, 0.0]
 
 
 def hit(
     n: int,
-    rrf: float,
     *,
     days_old: float = 0.0,
     importance: float = 0.5,
     access_count: int = 0,
+    dense: list[float] | None = None,
+    turn: list[float] | None = None,
     **payload: Any,
 ) -> VectorHit:
     created = (NOW - timedelta(days=days_old)).timestamp()
+    content = payload.pop("content", f"memory number {n} about a long hike in the Alps")
+    dense = dense or [1.0, 0.0, 0.0]
+    ids = sorted({terms.term_id(t) for t in terms.tokenize(content)})
     return VectorHit(
         id=uuid.UUID(int=n),
-        score=rrf,
+        score=0.0,
+        vectors=StoredVectors(dense=dense, turn=turn or dense, sparse_ids=ids),
         payload=MemoryPayload.from_dict(
             {
                 "tenant_id": "t",
@@ -52,7 +58,7 @@ def hit(
                 "session_id": "s1",
                 "kind": "memory",
                 "memory_type": "episodic",
-                "content": f"memory {n}",
+                "content": content,
                 "created_at": created,
                 "importance": importance,
                 "access_count": access_count,
@@ -63,6 +69,12 @@ def hit(
             }
         ),
     )
+
+
+def ranked(hits: list[VectorHit], max_access: int = 0, sparse: bool = True) -> Pool:
+    """A pool whose dense and sparse lists both rank `hits` in this order."""
+    lists = CandidateLists(list(hits), list(hits) if sparse else [])
+    return Pool(lists, max_access, QUERY, frozenset())
 
 
 def spec(**overrides: Any) -> SearchSpec:
@@ -123,42 +135,78 @@ def test_created_until_is_the_earlier_bound() -> None:
 
 
 def test_score_ranks_by_the_composite_score() -> None:
-    hits = [hit(1, 0.5 * BEST_RRF), hit(2, BEST_RRF), hit(3, 0.8 * BEST_RRF, pinned=True)]
-    ranked = score(spec(), Pool(hits, max_access=0))
-    assert [c.hit.id.int for c in ranked] == [2, 3, 1]
-    best = ranked[0]
-    assert (best.semantic, best.recency) == (1.0, 1.0)
+    pool = ranked([hit(2), hit(3, pinned=1), hit(1)])
+    ranked_ = score(spec(), pool)
+    assert [c.hit.id.int for c in ranked_] == [2, 3, 1]
+    best = ranked_[0]
+    # The reported semantic is the calibrated relevance of its features, not a rank.
+    expected = relevance.PLAIN_COVERAGE(relevance.Features(1.0, 1.0, 0.0, 0.0))
+    assert best.semantic == expected
+    assert best.recency == 1.0
+    key = 0.5 * 1.0 + 0.5 * expected  # rank one in both lists: fused 1.0
     w = score.default_weights().normalised()
-    assert best.score == scoring.combine(w, best.semantic, best.recency, best.importance)
+    assert best.score == scoring.combine(w, key, best.recency, best.importance)
 
 
 def test_score_uses_the_requested_weights_and_as_of() -> None:
-    hits = [hit(1, BEST_RRF, days_old=400), hit(2, 0.1 * BEST_RRF, days_old=1)]
-    by_recency = score(spec(weights=scoring.Weights(0, 1, 0)), Pool(hits, max_access=0))
+    pool = ranked([hit(1, days_old=400), hit(2, days_old=1)])
+    by_recency = score(spec(weights=scoring.Weights(0, 1, 0)), pool)
     assert [c.hit.id.int for c in by_recency] == [2, 1]
     assert by_recency[0].score == by_recency[0].recency
     # As of 400 days ago, the old memory was new.
-    earlier = score(spec(as_of=NOW - timedelta(days=400)), Pool(hits, max_access=0))
+    earlier = score(spec(as_of=NOW - timedelta(days=400)), pool)
     assert [c.recency for c in earlier] == [1.0, 1.0]
 
 
 def test_importance_is_normalised_by_the_users_highest_access_count() -> None:
-    hits = [hit(1, BEST_RRF, access_count=10), hit(2, BEST_RRF, access_count=0)]
-    ranked = score(spec(weights=scoring.Weights(0, 0, 1)), Pool(hits, max_access=10))
-    assert [c.hit.id.int for c in ranked] == [1, 2]
+    pool = ranked([hit(2, access_count=0), hit(1, access_count=10)], max_access=10)
+    ranked_ = score(spec(weights=scoring.Weights(0, 0, 1)), pool)
+    assert [c.hit.id.int for c in ranked_] == [1, 2]
     share = settings.importance_intrinsic_share
-    assert ranked[0].importance == scoring.importance(0.5, 10, 10, share)
+    assert ranked_[0].importance == scoring.importance(0.5, 10, 10, share)
+
+
+def test_a_candidate_in_another_language_weighs_its_dense_rank_more() -> None:
+    zh = hit(1, content="我搬到里斯本了，住在海边的一个小公寓里")
+    en = [hit(n) for n in range(2, 6)]
+    # Dense list: the Chinese memory fifth; sparse list: only the English ones.
+    pool = Pool(CandidateLists([*en, zh], en[:1]), 0, QUERY)
+    k = settings.rrf_k
+    cross = fused_pool(spec(query="where do I live now"), pool, score.fusion, 10)
+    same = fused_pool(spec(query="我现在住在哪里"), pool, score.fusion, 10)
+    assert {h.id.int: f for h, f in cross}[1] == 1 / (
+        k - 1 + 5 / settings.dense_weight_cross_language
+    )
+    assert {h.id.int: f for h, f in same}[1] == 1 / (k - 1 + 5 / settings.dense_weight)
+    # Above the English ones the encoder ranked before it (best first).
+    assert [h.id.int for h, _ in cross].index(1) == 1
+
+
+def test_filler_is_penalised() -> None:
+    fact = hit(1, content="I booked the flight to Chengdu for October 2nd")
+    ask = hit(2, content="assistant: How do you like it?", role="assistant")
+    ok = hit(3, content="OK, noted.")
+    # Equal ranks on one list each side: the filler would tie with the fact.
+    for filler in (ask, ok):
+        out = score(spec(), Pool(CandidateLists([filler, fact], [fact, filler]), 0, QUERY))
+        assert out[0].hit.id.int == 1
 
 
 def test_ties_keep_the_index_order() -> None:
-    hits = [hit(n, 0.5 * BEST_RRF) for n in range(5)]
-    assert [c.hit.id.int for c in score(spec(), Pool(hits, 0))] == list(range(5))
+    hits = [hit(n) for n in range(5)]
+    assert [c.hit.id.int for c in score(spec(), Pool(CandidateLists(hits, []), 0, QUERY))] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
 
 
 @given(
     st.lists(
         st.tuples(
-            st.floats(0, 0.5),
+            st.floats(-1, 1),
             st.floats(0, 3000),
             st.floats(0, 1),
             st.integers(0, 50),
@@ -172,21 +220,22 @@ def test_scores_stay_in_the_unit_interval_and_sorted(
     rows: list[tuple[float, float, float, int, bool]], weights: tuple[float, float, float]
 ) -> None:
     hits = [
-        hit(n, rrf, days_old=age, importance=imp, access_count=acc, pinned=pin)
-        for n, (rrf, age, imp, acc, pin) in enumerate(rows)
+        hit(n, days_old=age, importance=imp, access_count=acc, pinned=int(pin), dense=[x, 1, 0])
+        for n, (x, age, imp, acc, pin) in enumerate(rows)
     ]
-    ranked = score(spec(weights=scoring.Weights(*weights)), Pool(hits, max_access=50))
-    assert sorted(c.hit.id for c in ranked) == sorted(h.id for h in hits)
-    assert [c.score for c in ranked] == sorted((c.score for c in ranked), reverse=True)
-    for c in ranked:
+    pool = Pool(CandidateLists(hits, hits[::2]), 50, QUERY, frozenset({1, 2}))
+    ranked_ = score(spec(weights=scoring.Weights(*weights)), pool)
+    assert sorted(c.hit.id for c in ranked_) == sorted(h.id for h in hits)
+    assert [c.score for c in ranked_] == sorted((c.score for c in ranked_), reverse=True)
+    for c in ranked_:
         assert all(0.0 <= x <= 1.0 for x in (c.semantic, c.recency, c.importance, c.score))
 
 
 def test_a_result_reports_the_candidates_numbers() -> None:
-    (c,) = score(spec(), Pool([hit(7, BEST_RRF, metadata={"topic": "x"})], 0))
+    (c,) = score(spec(), ranked([hit(7, metadata={"topic": "x"})]))
     result = to_result(c)
     assert result.id == uuid.UUID(int=7)
-    assert (result.kind, result.memory_type, result.content) == ("memory", "episodic", "memory 7")
+    assert (result.kind, result.memory_type) == ("memory", "episodic")
     assert result.score == round(c.score, 6)
     assert result.scores.semantic == round(c.semantic, 6)
     assert result.created_at == NOW
@@ -195,8 +244,31 @@ def test_a_result_reports_the_candidates_numbers() -> None:
     assert result.metadata == {"topic": "x"}
 
 
+async def test_min_relevance_drops_before_top_k() -> None:
+    near, far = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]
+    pool = score(spec(), ranked([hit(1, dense=far), hit(2, dense=near), hit(3, dense=far)]))
+    cut = relevance.PLAIN_COVERAGE(relevance.Features(0.5, 0.5, 0, 0))
+    kept = await run_stages(spec(min_relevance=cut, top_k=2), pool, [MinRelevance()])
+    assert [c.hit.id.int for c in kept] == [2]
+    everything = await run_stages(spec(top_k=2), pool, [MinRelevance()])
+    assert len(everything) == 2
+
+
+async def test_a_newer_change_goes_above_the_older_statement() -> None:
+    v = [0.0, 0.0, 1.0]
+    old = hit(1, days_old=30, turn=v, content="The move is on October 1st")
+    new = hit(2, days_old=2, turn=v, content="I changed the moving date to October 8th")
+    other = hit(3, turn=[0.0, 1.0, 0.0], content="We need boxes for the move next week")
+    pool = [Candidate(h, 0.5, 1.0, 0.5, 0.9 - n / 10) for n, h in enumerate([old, other, new])]
+    stage = NewerFactsFirst(0.4)
+    out = await stage(spec(), pool)
+    assert [c.hit.id.int for c in out] == [2, 1, 3]
+    window = spec(created_from=NOW - timedelta(days=60))
+    assert [c.hit.id.int for c in await stage(window, pool)] == [1, 3, 2]  # a period: as ranked
+
+
 async def test_stages_run_in_order_over_the_pool_then_top_k() -> None:
-    pool = score(spec(), Pool([hit(n, (10 - n) / 10 * BEST_RRF) for n in range(10)], 0))
+    pool = score(spec(), ranked([hit(n) for n in range(10)]))
     seen: list[int] = []
 
     async def drop_even(s: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
@@ -216,3 +288,13 @@ async def test_stages_run_in_order_over_the_pool_then_top_k() -> None:
 
 async def test_no_rewrite_searches_the_query_as_asked() -> None:
     assert await no_rewrite(spec()) is None
+
+
+async def test_min_relevance_keeps_summaries_asked_for_by_period() -> None:
+    spec = SearchSpec(tenant_id="t", user_id="u", query="last week?", top_k=5, min_relevance=0.5)
+    low_memory = Candidate(hit(1), semantic=0.1, recency=1.0, importance=0.5, score=0.2)
+    summary = Candidate(
+        hit(2, kind="summary"), semantic=0.1, recency=1.0, importance=0.5, score=0.2
+    )
+    kept = await MinRelevance()(spec, [low_memory, summary])
+    assert [c.hit.id for c in kept] == [summary.hit.id]

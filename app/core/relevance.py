@@ -1,0 +1,81 @@
+"""The calibrated relevance that recall reports as `scores.semantic` (pure, no I/O).
+
+`relevance = σ(z + SHIFT)`, `z` a logistic regression of "this memory is evidence for the
+query" over four features of a candidate, all in [0, 1] or cosines:
+
+- `cos_turn`: the query's cosine with the turn's own vector (the `turn` named vector),
+- `cos_chunk`: with the indexed vector (the turn blended with the turns before it),
+- `cov_own`: the share of the query's distinct terms found in the memory's own text,
+- `cov_chunk`: the share found in its indexed terms (own text plus its sparse context).
+
+The shares are unweighted (no per-user IDF: Qdrant applies that inside the index, and
+keeping per-user document frequencies beside it was not worth it; measured in
+bench/README.md, "Recall trust"). The coefficients were fitted on LoCoMo conversations 0–2
+(495 questions, each over its 50 fused candidates) by
+`bench/experiments/recall_grid.py --locomo PATH` (it prints "plain-coverage calibration
+logit" and writes `calibration.weights_plain` to its JSON): refit whenever the encoder, the
+chunking or the sparse weights change. P(evidence) is tiny by construction (1–2 evidence
+turns among ~600), so the reported scale shifts the log-odds by `SHIFT`: 0.5 is where the
+fitted P is ≈ 0.0018.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    cos_turn: float
+    cos_chunk: float
+    cov_own: float
+    cov_chunk: float
+    bias: float
+    shift: float
+
+    def __call__(self, f: Features) -> float:
+        z = (
+            self.cos_turn * f.cos_turn
+            + self.cos_chunk * f.cos_chunk
+            + self.cov_own * f.cov_own
+            + self.cov_chunk * f.cov_chunk
+            + self.bias
+            + self.shift
+        )
+        return sigmoid(z)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    cos_turn: float
+    cos_chunk: float
+    cov_own: float
+    cov_chunk: float
+
+
+# bench/experiments/recall_grid.py, USE-m3 (512-d), one memory per turn, dense context 1
+# turn at 0.5, sparse context 2 turns at 0.5.
+PLAIN_COVERAGE = Calibration(
+    cos_turn=-3.049, cos_chunk=7.987, cov_own=3.293, cov_chunk=3.060, bias=-8.944, shift=6.3
+)
+
+
+# Recall's default `min_relevance` (bench/README.md, "Recall trust": the measured table).
+DEFAULT_MIN_RELEVANCE = 0.25
+
+
+def sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def coverage(query_terms: Collection[int], terms: Collection[int]) -> float:
+    """The share of the query's distinct terms among `terms` (0 for a query with none)."""
+    if not query_terms:
+        return 0.0
+    have = terms if isinstance(terms, set | frozenset) else set(terms)
+    return sum(1 for t in query_terms if t in have) / len(query_terms)

@@ -1,0 +1,201 @@
+"""Rebuilding the vector index from SQL (the `reindex` job, app/jobs/reindex.py).
+
+The memory rows are the truth; the index is a search index over them. A new index schema
+(a new collection, `app.stores.vectors.collection_name`) starts empty, and this rebuilds the
+point of every live memory, batch by batch along a keyset cursor over (tenant_id, id).
+Points have the memories' ids, so an upsert overwrites: a run killed mid-way and run again
+from the start rewrites the same points.
+
+What a point is rebuilt from:
+
+- A memory promoted from the log is rebuilt as promotion built it: its session's messages
+  around the turn it came from are re-read and chunked by `chunk_turns` with promotion's
+  settings, embedded and pointed by the same functions (`embed_chunks`, `chunk_point`). The
+  turn it came from is the source whose deterministic id (`memory_id`) is the memory's id:
+  for a merged memory (several sources) that is the one it was first promoted from, and
+  the others only ever changed its payload. If that turn is gone (its session deleted) the
+  first source still in the log gives the context instead.
+- A memory with no source left in the log, a caller-written one, or a promoted one whose
+  content a caller rewrote (its content is no longer the turn's line) is embedded from its
+  own content alone, as `MemoryService.create` and `update` do: dense = turn = that vector,
+  sparse from the content, no role.
+
+The payload comes from the row (`MemoryPayload.from_row`), so access counts, pins and merged
+sources are today's.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.core.chunking import Chunk, LogMessage, chunk_turns, memory_id
+from app.providers.embeddings import Embedder
+from app.services.promotion import chunk_point, context_lookback, embed_chunks, log_message
+from app.settings import Settings
+from app.stores import memories as memory_store
+from app.stores import messages as message_store
+from app.stores import sessions as session_store
+from app.stores.db import Database
+from app.stores.models import Memory
+from app.stores.vectors import MemoryPayload, VectorIndex, VectorPoint
+
+log = logging.getLogger("strata.reindex")
+
+BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one memory's point is rebuilt: its chunk (id and content the memory's own), and
+    the role of the turn it came from (None: embedded from its content alone)."""
+
+    row: Memory
+    chunk: Chunk
+    role: str | None
+
+
+class Reindexer:
+    def __init__(
+        self, db: Database, vectors: VectorIndex, embedder: Embedder, settings: Settings
+    ) -> None:
+        self.db = db
+        self.vectors = vectors
+        self.embedder = embedder
+        self.settings = settings
+
+    async def rebuild(self, batch: int = BATCH) -> dict[str, Any]:
+        """Every live memory's point; returns {"memories": n, "batches": m}."""
+        after: tuple[str, uuid.UUID] | None = None
+        memories = batches = 0
+        while True:
+            async with self.db.read() as tx:
+                rows = await memory_store.live_page(tx, after=after, limit=batch)
+            if not rows:
+                break
+            memories += await self.rebuild_rows(rows)
+            batches += 1
+            after = (rows[-1].tenant_id, rows[-1].id)
+            log.info("reindex: %d memories in %d batches", memories, batches)
+        return {"memories": memories, "batches": batches}
+
+    async def rebuild_rows(self, rows: list[Memory]) -> int:
+        """Upsert these memories' points, then make sure none of them was deleted or
+        rewritten meanwhile: a deleted one's point goes, a changed one is rebuilt again
+        (a write after our read has written its own point, but ours may have landed later)."""
+        done = 0
+        for _ in range(3):
+            points = await self.points(rows)
+            await self.vectors.upsert(points)
+            done += len(points)
+            async with self.db.read() as tx:
+                now = {m.id: m for m in await memory_store.get_many(tx, [r.id for r in rows])}
+            gone = [r.id for r in rows if r.id not in now or now[r.id].deleted_at is not None]
+            if gone:
+                await self.vectors.delete(gone)
+            changed = [
+                now[r.id]
+                for r in rows
+                if r.id in now and now[r.id].deleted_at is None and _changed(r, now[r.id])
+            ]
+            if not changed:
+                break
+            rows, done = changed, done - len(changed)
+        return done
+
+    async def points(self, rows: list[Memory]) -> list[VectorPoint]:
+        plans = await self._plan(rows)
+        chunks, vectors, turns = await embed_chunks(
+            self.embedder, [p.chunk for p in plans], self.settings.dense_context_weight
+        )
+        by_id = {p.chunk.id: p for p in plans}
+        points: list[VectorPoint] = []
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            plan = by_id[chunk.id]
+            points.append(
+                chunk_point(
+                    plan.row.id,
+                    chunk,
+                    vector,
+                    turns.get(chunk.id),
+                    MemoryPayload.from_row(plan.row, role=plan.role),
+                    self.settings.sparse_context_weight,
+                )
+            )
+        return points
+
+    async def _plan(self, rows: list[Memory]) -> list[_Plan]:
+        """Each memory's chunk: with its turn's context where its turn is in the log."""
+        lookback = context_lookback(self.settings)
+        wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
+        for row in rows:
+            for source in row.sources:
+                if source.get("session_id") and isinstance(source.get("seq"), int):
+                    wanted[(row.tenant_id, str(source["session_id"]))].add(source["seq"])
+        logs: dict[tuple[str, str], dict[int, LogMessage]] = {}
+        incarnations: dict[tuple[str, str], str] = {}
+        async with self.db.read() as tx:
+            for (tenant_id, session_id), seqs in wanted.items():
+                session = await session_store.get(tx, tenant_id, session_id)
+                if session is None:
+                    continue
+                incarnations[(tenant_id, session_id)] = session.created_at.isoformat()
+                spans = [(max(0, s - lookback - 1), s) for s in sorted(seqs)]
+                found = await message_store.windows(tx, tenant_id, session_id, spans)
+                logs[(tenant_id, session_id)] = {m.seq: log_message(m) for m in found}
+        return [self._plan_one(row, logs, incarnations) for row in rows]
+
+    def _plan_one(
+        self,
+        row: Memory,
+        logs: dict[tuple[str, str], dict[int, LogMessage]],
+        incarnations: dict[tuple[str, str], str],
+    ) -> _Plan:
+        in_log: list[tuple[bool, str, int]] = []  # (is the turn it came from, session, seq)
+        for source in row.sources:
+            key = (row.tenant_id, str(source.get("session_id")))
+            seq = source.get("seq")
+            if key in logs and isinstance(seq, int) and seq in logs[key]:
+                own = memory_id(*key, incarnations[key], seq) == row.id
+                in_log.append((own, key[1], seq))
+        in_log.sort(key=lambda s: not s[0])  # the turn it came from first, then sources' order
+        for own, session_id, seq in in_log[:1]:
+            messages = logs[(row.tenant_id, session_id)]
+            turn = messages[seq]
+            if own and turn.line != row.content:
+                break  # a caller rewrote it: embedded from its content, as `update` does
+            context = [m for s, m in sorted(messages.items()) if s < seq]
+            chunks = chunk_turns(
+                row.tenant_id,
+                incarnations[(row.tenant_id, session_id)],
+                context,
+                [turn],
+                dense_context=self.settings.dense_context_turns,
+                sparse_context=self.settings.sparse_context_turns,
+            )
+            for chunk in chunks:  # one, unless the turn's role is not an indexed one
+                return _Plan(row, replace(chunk, id=row.id, content=row.content), chunk.role)
+        return _Plan(row, _own_chunk(row), None)
+
+
+def _own_chunk(row: Memory) -> Chunk:
+    return Chunk(
+        id=row.id,
+        content=row.content,
+        dense_context=[],
+        sparse_context=[],
+        sources=row.sources,
+        created_at=row.created_at,
+        importance=row.importance,
+    )
+
+
+def _changed(before: Memory, after: Memory) -> bool:
+    return (
+        before.content != after.content
+        or before.sources != after.sources
+        or before.updated_at != after.updated_at
+    )

@@ -1,0 +1,128 @@
+"""Recall's ranking rules and calibrated relevance, without I/O (app/core/ranking.py,
+app/core/relevance.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.core import ranking, relevance
+from app.core.ranking import FusionWeights, Penalties, Statement
+
+
+def test_language_by_the_share_of_cjk_characters() -> None:
+    assert ranking.language("Where does Ana live?") == "en"
+    assert ranking.language("Ana 住在哪里？") == "zh"  # 5 CJK against 3 Latin letters
+    assert ranking.language("我很喜欢这里的海鲜。") == "zh"
+    assert ranking.language("把flight改成10月2号周五 because of the meeting") == "mixed"
+    assert ranking.language("2026-10-02 !!") == "en"  # neither: counted as en
+
+
+def test_dense_weight_depends_on_the_candidates_language() -> None:
+    w = FusionWeights(k=10, sparse=1.0, dense_same=0.3, dense_cross=2.0)
+    assert w.dense_for("en", "en") == 0.3
+    assert w.dense_for("zh", "en") == 2.0
+    assert w.dense_for("en", "zh") == 2.0
+    assert w.dense_for("mixed", "zh") == 0.3
+    assert w.dense_for("en", "mixed") == 0.3
+
+
+def test_fuse_is_qdrants_weighted_rrf_per_candidate() -> None:
+    w = FusionWeights(k=10, sparse=1.0)
+    fused = ranking.fuse([("a", 0.3), ("b", 2.0)], ["b", "c"], w)
+    assert fused["a"] == 1 / (9 + 1 / 0.3)
+    assert fused["b"] == 1 / (9 + 2 / 2.0) + 1 / (9 + 1)
+    assert fused["c"] == 1 / (9 + 2)
+    assert w.best() == 1 / (9 + 1 / 0.3) + 1 / (9 + 1)
+
+
+def test_own_match_prefers_the_larger_share() -> None:
+    assert ranking.own_match(0.0, 0.0, 0.2, 0.4) == 0.5  # no term: the vector share
+    assert ranking.own_match(0.5, 1.0, 0.0, 0.4) == 0.5  # half the matched terms its own
+    assert ranking.own_match(1.0, 1.0, 0.1, 0.4) == 1.0
+    assert ranking.own_match(0.0, 1.0, 0.5, 0.4) == 1.0  # own vector closer than the blend
+    assert ranking.own_match(0.0, 1.0, -0.2, 0.4) == 0.0
+
+
+def test_penalties_multiply() -> None:
+    p = Penalties(context_only=0.5, short=0.2, short_terms=3, asking_only=0.5)
+    assert ranking.penalty_factor(1.0, 10, False, p) == 1.0
+    assert ranking.penalty_factor(0.0, 10, False, p) == 0.5
+    assert ranking.penalty_factor(1.0, 3, False, p) == 0.8
+    assert ranking.penalty_factor(1.0, 4, True, p) == 0.5
+    assert ranking.penalty_factor(0.0, 2, True, p) == 0.5 * 0.8 * 0.5
+
+
+def test_asking_only_is_a_short_assistant_question() -> None:
+    assert ranking.asks_only("assistant", "How do you like it?")
+    assert ranking.asks_only("assistant", "喜欢那里吗？")
+    assert not ranking.asks_only("user", "How do you like it?")
+    assert not ranking.asks_only("assistant", "I booked it.")
+    assert not ranking.asks_only(
+        "assistant", "Shall I book the hotel near the Lisbon river front for June?"
+    )
+    assert not ranking.asks_only(None, "How do you like it?")  # a caller's memory
+
+
+def test_change_markers_in_both_languages() -> None:
+    for text in (
+        "把航班改成10月2号周五了",
+        "搬家日期改到10月8号",
+        "我取消了那个酒店",
+        "I cancelled the Cross Hotel booking",
+        "We moved the meeting to Friday",
+        "I no longer eat meat",
+        "Let's take the train instead",
+    ):
+        assert ranking.states_change(text), text
+    for text in ("I booked the Cross Hotel", "我订了酒店", "Snowmobile rides"):
+        assert not ranking.states_change(text), text
+
+
+def _unit(*xs: float) -> np.ndarray:
+    v = np.asarray(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_a_newer_change_moves_above_the_similar_older_result() -> None:
+    same = _unit(1, 0)
+    items = [
+        Statement(created_at=100, changes=False, vector=_unit(0, 1)),  # unrelated, older
+        Statement(created_at=200, changes=False, vector=same),  # the old plan
+        Statement(created_at=300, changes=False, vector=same),
+        Statement(created_at=400, changes=True, vector=same),  # "changed it to …"
+    ]
+    assert ranking.promote_changes(items, 0.4) == [0, 3, 1, 2]
+    # Not above a newer statement, nor above a dissimilar one.
+    newer_first = [
+        Statement(created_at=500, changes=False, vector=same),
+        Statement(created_at=400, changes=True, vector=same),
+    ]
+    assert ranking.promote_changes(newer_first, 0.4) == [0, 1]
+    assert ranking.promote_changes(items[:1] + items[3:], 0.4) == [0, 1]
+
+
+def test_relevance_is_the_fitted_logistic_shifted() -> None:
+    cal = relevance.PLAIN_COVERAGE
+    f = relevance.Features(cos_turn=0.3, cos_chunk=0.5, cov_own=1.0, cov_chunk=1.0)
+    z = -3.049 * 0.3 + 7.987 * 0.5 + 3.293 + 3.060 - 8.944 + 6.3
+    assert abs(cal(f) - 1 / (1 + np.exp(-z))) < 1e-12
+    # More of the query's terms, or a closer indexed vector: more relevant.
+    assert (
+        cal(f)
+        > cal(relevance.Features(0.3, 0.5, 0.0, 1.0))
+        > cal(relevance.Features(0.3, 0.5, 0.0, 0.0))
+    )
+    assert cal(relevance.Features(0.3, 0.6, 0, 0)) > cal(relevance.Features(0.3, 0.5, 0, 0))
+
+
+@given(st.floats(-1, 1), st.floats(-1, 1), st.floats(0, 1), st.floats(0, 1))
+def test_relevance_stays_in_the_unit_interval(a: float, b: float, c: float, d: float) -> None:
+    assert 0.0 <= relevance.PLAIN_COVERAGE(relevance.Features(a, b, c, d)) <= 1.0
+
+
+def test_coverage_is_the_share_of_distinct_query_terms() -> None:
+    assert relevance.coverage({1, 2, 3, 4}, [2, 4, 9]) == 0.5
+    assert relevance.coverage(set(), [1]) == 0.0
+    assert relevance.coverage({1}, set()) == 0.0
