@@ -39,11 +39,11 @@ class Services:
 
 def build_services(resources: Resources) -> Services:
     r = resources
-    ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
+    summaries = build_summaries(r)
+    ingest = IngestService(r.db, r.buffer, r.vectors, r.settings, enqueue_summary=summaries.enqueue)
     rewrite = RewriteService(ingest, r.llm)
     recall = RecallService(r.db, r.vectors, r.embedder, r.settings, rewriter=rewrite.for_search)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
-    summaries = build_summaries(r)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder),
