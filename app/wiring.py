@@ -41,7 +41,8 @@ class Services:
 
 def build_services(resources: Resources) -> Services:
     r = resources
-    ingest = IngestService(r.db, r.buffer, r.vectors, r.settings)
+    summaries = build_summaries(r)
+    ingest = IngestService(r.db, r.buffer, r.vectors, r.settings, enqueue_summary=summaries.enqueue)
     rewrite = RewriteService(ingest, r.llm)
     recall = RecallService(
         r.db,
@@ -53,7 +54,6 @@ def build_services(resources: Resources) -> Services:
         stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
     )
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
-    summaries = build_summaries(r)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder),

@@ -5,6 +5,10 @@ session's content); one also sourced from other sessions stays, losing this sess
 sources, in an audited update; one the caller wrote and filed under the session, derived
 from none of its messages, stays and is no longer filed there. Soft-deleted memories of
 the session are erased too: their history quotes it.
+
+Summaries go by citation: every daily whose sources quote one of the session's messages,
+every weekly citing one of those dailies, and the essence citing one of those weeklies
+(`plan_summaries`); their periods are summarised again after the delete, without it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from app.core.audit import AuditEvent
 
@@ -85,3 +89,41 @@ def plan_detach(memories: Iterable[Derived], session_id: str, now: datetime) -> 
             )
         )
     return DetachPlan(erase, shrink, unfile, events)
+
+
+class Summarised(Protocol):
+    """A summary as `plan_summaries` reads it (a row, or any object with these fields)."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def level(self) -> str: ...
+    @property
+    def sources(self) -> list[Any]: ...
+
+
+S = TypeVar("S", bound=Summarised)
+
+
+def plan_summaries(summaries: Iterable[S], session_id: str) -> list[S]:
+    """The summaries to delete with `session_id`, in their given order: the dailies citing
+    one of its messages, the weeklies citing one of those dailies, the essence citing one
+    of those weeklies. A summary citing only others stays."""
+    rows = list(summaries)
+    doomed: set[str] = set()
+    for level, cites in (("daily", None), ("weekly", "daily"), ("essence", "weekly")):
+        below = {str(s.id) for s in rows if s.level == cites and str(s.id) in doomed}
+        for s in rows:
+            if s.level != level:
+                continue
+            if cites is None:
+                hit = any(_get(src, "session_id") == session_id for src in s.sources)
+            else:
+                hit = any(_get(src, "id") in below for src in s.sources)
+            if hit:
+                doomed.add(str(s.id))
+    return [s for s in rows if str(s.id) in doomed]
+
+
+def _get(source: Any, key: str) -> Any:
+    return source.get(key) if isinstance(source, dict) else None

@@ -97,3 +97,4 @@ class SessionDeleted(BaseModel):
     session_id: str
     messages: int
     memories: int
+    summaries: int

@@ -11,11 +11,14 @@ import asyncio
 import logging
 import time
 import uuid
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable
+from datetime import UTC, date, datetime
 from typing import Any
 
-from app.core.erasure import DetachPlan, plan_detach
-from app.errors import BufferUnavailable, SessionNotFound, SessionUserConflict
+from app.core import periods
+from app.core.erasure import DetachPlan, plan_detach, plan_summaries
+from app.core.periods import Level
+from app.errors import AppError, BufferUnavailable, SessionNotFound, SessionUserConflict
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -29,12 +32,16 @@ from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
+from app.stores import summaries as summary_store
 from app.stores.buffer import Buffer
 from app.stores.db import Database
-from app.stores.models import Message, Session
+from app.stores.models import Message, Session, Summary
 from app.stores.vectors import PayloadPatch, VectorIndex
 
 log = logging.getLogger("strata.ingest")
+
+# Queues the `summarize` job of (tenant, user, level, first local day of the period).
+SummaryEnqueue = Callable[[str, str, Level, date | None], Awaitable[object]]
 
 
 def session_out(row: Session) -> SessionOut:
@@ -75,12 +82,18 @@ class IngestService:
     """Sessions and their message log. Owns the write path's ordering: log, buffer, wake-up."""
 
     def __init__(
-        self, db: Database, buffer: Buffer, vectors: VectorIndex, settings: Settings
+        self,
+        db: Database,
+        buffer: Buffer,
+        vectors: VectorIndex,
+        settings: Settings,
+        enqueue_summary: SummaryEnqueue | None = None,
     ) -> None:
         self.db = db
         self.buffer = buffer
         self.vectors = vectors
         self.settings = settings
+        self.enqueue_summary = enqueue_summary
 
     async def upsert_session(
         self, tenant_id: str, session_id: str, body: SessionUpsert
@@ -124,23 +137,71 @@ class IngestService:
         return row
 
     async def delete_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionDeleted:
-        """The session, its log, its window, and the memories derived only from it."""
+        """The session, its log, its window, the memories derived only from it, and the
+        summaries citing it (their periods are then summarised again without it)."""
         now = datetime.now(UTC)
         async with self.db.transaction() as tx:
             # The lock makes a worker promoting this session wait, then find it gone.
             await self._owned(tx, tenant_id, session_id, user_id, lock=True)
             plan = await self._detach_memories(tx, tenant_id, user_id, session_id, now)
+            summaries = await self._detach_summaries(tx, tenant_id, user_id, session_id)
             count = await message_store.delete_session(tx, tenant_id, session_id)
             await session_store.delete(tx, tenant_id, session_id)
             # The index follows the canonical rows inside the transaction: if Qdrant is down,
             # nothing is deleted and the caller may retry.
             await self.vectors.set_payload(_index_changes(plan))
-            await self.vectors.delete(plan.erase)
+            await self.vectors.delete([*plan.erase, *(s.id for s in summaries)])
         try:
             await self.buffer.drop(tenant_id, session_id)
         except BufferUnavailable:  # the window expires by TTL anyway
             log.warning("could not drop the buffer of session %s", session_id, exc_info=True)
-        return SessionDeleted(session_id=session_id, messages=count, memories=len(plan.erase))
+        await self._resummarize(tenant_id, user_id, summaries)
+        return SessionDeleted(
+            session_id=session_id,
+            messages=count,
+            memories=len(plan.erase),
+            summaries=len(summaries),
+        )
+
+    @staticmethod
+    async def _detach_summaries(
+        tx: Any, tenant_id: str, user_id: str, session_id: str
+    ) -> list[Summary]:
+        """Delete the rows of the summaries citing the session (`plan_summaries`): only
+        the user's summaries over the span of its messages can."""
+        span = await summary_store.session_span(tx, tenant_id, session_id)
+        if span is None:
+            return []
+        candidates = await summary_store.lock_covering(tx, tenant_id, user_id, *span)
+        doomed = plan_summaries(candidates, session_id)
+        await summary_store.delete_ids(tx, [s.id for s in doomed])
+        return doomed
+
+    async def _resummarize(self, tenant_id: str, user_id: str, removed: list[Summary]) -> None:
+        """After the commit, queue the removed summaries' periods again, lower levels
+        first: a day still holding other sessions' messages gets its daily back, a day
+        with none stays without. A failure is logged, not raised: the delete is done, and
+        the hourly sweep or `POST /v1/summarize` regenerates them."""
+        if self.enqueue_summary is None or not removed:
+            return
+        order = {"daily": 0, "weekly": 1, "essence": 2}
+        for s in sorted(removed, key=lambda s: (order.get(s.level, 3), s.period_start)):
+            level: Level = s.level  # type: ignore[assignment]
+            day = (
+                None
+                if level == "essence"
+                else periods.local_day(s.period_start, periods.zone(s.timezone))
+            )
+            try:
+                await self.enqueue_summary(tenant_id, user_id, level, day)
+            except AppError:
+                log.warning(
+                    "could not queue the %s summary of %s for %s again; the sweep will",
+                    level,
+                    day,
+                    user_id,
+                    exc_info=True,
+                )
 
     @staticmethod
     async def _detach_memories(

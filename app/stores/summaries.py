@@ -251,3 +251,42 @@ async def before(
         .limit(limit)
     )
     return list((await tx.execute(stmt)).scalars().all())
+
+
+async def session_span(
+    tx: AsyncSession, tenant_id: str, session_id: str
+) -> tuple[datetime, datetime] | None:
+    """The first and last `created_at` of the session's messages; None when it has none."""
+    stmt = sa.select(sa.func.min(Message.created_at), sa.func.max(Message.created_at)).where(
+        Message.tenant_id == tenant_id, Message.session_id == session_id
+    )
+    first, last = (await tx.execute(stmt)).one()
+    if first is None or last is None:
+        return None
+    return _aware(first), _aware(last)
+
+
+async def lock_covering(
+    tx: AsyncSession, tenant_id: str, user_id: str, first: datetime, last: datetime
+) -> list[Summary]:
+    """The user's summaries that may cite a message created in `[first, last]`: the dailies
+    and weeklies whose period overlaps it, and the essence; locked, in id order."""
+    stmt = (
+        sa.select(Summary)
+        .where(
+            Summary.tenant_id == tenant_id,
+            Summary.user_id == user_id,
+            sa.or_(
+                Summary.level == "essence",
+                sa.and_(Summary.period_start <= last, Summary.period_end > first),
+            ),
+        )
+        .order_by(Summary.id)
+        .with_for_update()
+    )
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def delete_ids(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> None:
+    if ids:
+        await tx.execute(sa.delete(Summary).where(Summary.id.in_(list(ids))))

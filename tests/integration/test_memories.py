@@ -149,7 +149,7 @@ async def test_deleting_a_session_keeps_what_the_caller_filed_there_unfiled(
     await running.client.delete(f"/v1/memories/{dropped['id']}", params={"user_id": user})
 
     deleted = await running.client.delete(url, params={"user_id": user})
-    assert deleted.json() == {"session_id": session, "messages": 0, "memories": 1}
+    assert deleted.json() == {"session_id": session, "messages": 0, "memories": 1, "summaries": 0}
     still = await running.client.get(f"/v1/memories/{kept['id']}", params={"user_id": user})
     assert still.json()["session_id"] is None
     assert still.json()["updated_at"] > kept["updated_at"]

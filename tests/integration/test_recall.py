@@ -130,7 +130,7 @@ async def test_a_repeated_exchange_is_merged_not_stored_twice(
     # Deleting one session keeps the memory for the other.
     deleted = await running.client.delete(f"/v1/sessions/{first}", params={"user_id": user})
     assert deleted.status_code == 200
-    assert deleted.json() == {"session_id": first, "messages": 1, "memories": 0}
+    assert deleted.json() == {"session_id": first, "messages": 1, "memories": 0, "summaries": 0}
     found = await recall(running, user, "Berlin marathon")
     assert [s["session_id"] for s in found[0]["sources"]] == [second]
     history = await running.client.get(

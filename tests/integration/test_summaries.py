@@ -392,3 +392,93 @@ async def test_the_sweep_waits_for_a_day_to_close(
     sweep = next(s for s in registry.schedules if s.name == "summaries_sweep")
     assert sweep.every == timedelta(hours=1)
     assert {"summarize", "summaries_sweep"} <= registry.kinds
+
+
+async def test_deleting_a_session_removes_and_regenerates_its_summaries(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Two sessions on one day and one more day of the deleted session alone: the delete
+    takes the dailies quoting it, the weekly citing them and the essence; the queued jobs
+    give the shared day its daily back, without the deleted session, and the other day
+    none."""
+    from app.stores.models import Job
+
+    user, gone, kept = ids("user"), ids("gone"), ids("kept")
+    day = datetime.now(UTC).date() - timedelta(days=2)
+    alone = day - timedelta(days=1)
+    await post_messages(
+        running,
+        gone,
+        user,
+        [
+            turn("I adopted a parrot named Kiwi.", created_at=at(day, 3)),
+            turn("Kiwi can whistle the national anthem.", created_at=at(alone, 3)),
+        ],
+        wait=False,
+    )
+    await post_messages(
+        running,
+        kept,
+        user,
+        [turn("I bought a red bicycle for commuting.", created_at=at(day, 5))],
+        wait=False,
+    )
+    svc = service(running)
+    daily = (await svc.summarize("default", user, "daily", day)).summary
+    other = (await svc.summarize("default", user, "daily", alone)).summary
+    weekly = (await svc.summarize("default", user, "weekly", day)).summary
+    essence = (await svc.summarize("default", user, "essence", None)).summary
+    assert daily is not None
+    assert other is not None
+    assert weekly is not None
+    assert essence is not None
+    assert "Kiwi" in daily.content
+    assert "bicycle" in daily.content
+    assert "Kiwi" in weekly.content
+
+    resp = await running.client.delete(f"/v1/sessions/{gone}", params={"user_id": user})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["messages"] == 2
+    assert resp.json()["summaries"] == 4  # two dailies, the weekly, the essence
+
+    def quotes_gone(s: dict[str, Any]) -> bool:
+        cited = {src.get("session_id") for src in s["sources"]}
+        return "Kiwi" in s["content"] or gone in cited
+
+    # Gone at once (jobs may already be bringing them back, without it).
+    assert not any(quotes_gone(s) for s in await list_summaries(running, user))
+
+    async def settled() -> list[dict[str, Any]] | None:
+        async with running.resources.db.read() as tx:
+            states = (
+                await tx.execute(sa.select(Job.state).where(Job.key.like(f"{user}:%")))
+            ).scalars()
+            if any(state in ("queued", "running") for state in states):
+                return None
+        items = await list_summaries(running, user)
+        levels = sorted(i["level"] for i in items)
+        return items if levels == ["daily", "essence", "weekly"] else None
+
+    items = await wait_for(settled)
+    back = next(i for i in items if i["level"] == "daily")
+    assert back["id"] == str(daily.id)  # the same period's id, rewritten
+    assert "bicycle" in back["content"]
+    assert {s["session_id"] for s in back["sources"]} == {kept}
+    assert str(other.id) not in {i["id"] for i in items}  # that day has nothing left
+    again = next(i for i in items if i["level"] == "weekly")
+    assert [s["id"] for s in again["sources"]] == [back["id"]]
+    assert not any(quotes_gone(s) for s in items)
+
+    recall = await running.client.post(
+        "/v1/recall",
+        json={
+            "user_id": user,
+            "query": "parrot named Kiwi whistles the anthem",
+            "kinds": ["summary"],
+            "reinforce": False,
+        },
+    )
+    assert recall.status_code == 200, recall.text
+    found = recall.json()["results"]
+    assert not any("Kiwi" in r["content"] for r in found)
+    assert {r["id"] for r in found} <= {i["id"] for i in items}

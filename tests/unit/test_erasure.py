@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.core.audit import AuditEvent
-from app.core.erasure import Shrunk, plan_detach
+from app.core.erasure import Shrunk, plan_detach, plan_summaries
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 
@@ -80,3 +80,35 @@ def test_the_plan_keeps_the_order_of_the_rows_and_leaves_them_alone() -> None:
     before = [list(r.sources) for r in rows]
     assert plan_detach(rows, "gone", NOW).erase == [r.id for r in rows]
     assert [r.sources for r in rows] == before
+
+
+@dataclass
+class Sum:
+    level: str
+    sources: list[Any]
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+def cites(*children: Sum) -> list[dict[str, Any]]:
+    return [{"id": str(c.id), "level": c.level, "period_start": "x"} for c in children]
+
+
+def test_summaries_go_by_citation_up_the_levels() -> None:
+    mixed = Sum("daily", [src("s", 1), src("other", 4)])
+    only = Sum("daily", [src("s", 2)])
+    clean = Sum("daily", [src("other", 5)])
+    week = Sum("weekly", cites(mixed, clean))
+    clean_week = Sum("weekly", cites(clean))
+    essence = Sum("essence", cites(week, clean_week))
+    rows = [essence, clean_week, week, clean, only, mixed]
+    assert plan_summaries(rows, "s") == [essence, week, only, mixed]
+
+
+def test_summaries_citing_only_others_stay() -> None:
+    clean = Sum("daily", [src("other", 1)])
+    week = Sum("weekly", cites(clean))
+    essence = Sum("essence", cites(week))
+    assert plan_summaries([clean, week, essence], "s") == []
+    # An essence over a weekly that stays is not touched by a daily elsewhere going.
+    doomed = Sum("daily", [src("s", 1)])
+    assert plan_summaries([clean, week, essence, doomed], "s") == [doomed]
