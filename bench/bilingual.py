@@ -324,7 +324,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print("min_relevance on scores.semantic (service): no-match questions left empty / R@10 kept")
     for row in thresholds:
         print(
-            f"  t={row['min_relevance']:.1f}: "
+            f"  t={row['min_relevance']:.2f}: "
             f"{fmt(row['no_match_empty'], 2)} / {fmt(row['R@10'], 3)}"
         )
     print()
