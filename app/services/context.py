@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +31,7 @@ from app.core.tokens import TokenCounter
 from app.errors import TokenBudgetTooSmall
 from app.schemas.common import LLMUsage
 from app.schemas.context import ContextRequest, ContextResponse, ContextSections, SummaryOut
-from app.schemas.ingest import MessageOut
+from app.schemas.ingest import MessageOut, SessionOut
 from app.schemas.recall import RecallResult
 from app.services.ingest import IngestService
 from app.services.recall import RecallService
@@ -172,73 +172,16 @@ class ContextService:
         self.summaries = summaries  # None: no summaries section (a service built without)
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
+        """Read the conversation, recall for its last question, add the older periods'
+        summaries, pack every section into the budget."""
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
-        window = self.window
-        working_memory: dict[str, Any] = {}
-        if body.as_of is None:
-            recent, working_memory = await asyncio.gather(
-                self.ingest.recent(tenant_id, session, window),
-                self.scratchpad.working_memory(tenant_id, session_id),
-            )
-        else:  # a replay: the session as it stood then, from the log (the scratchpad has
-            # no history, so a replay shows none)
-            recent = await self.ingest.recent_until(tenant_id, session_id, body.as_of, window)
-
-        last_user = next(
-            (i for i in range(len(recent) - 1, -1, -1) if recent[i].role == "user"), None
-        )
-        if last_user is None and recent and recent[0].seq > 1:
-            # The user spoke before the window (a long run of tool and assistant turns):
-            # the last user message is still owed verbatim, ahead of the window.
-            earlier = await self.ingest.last_user_message(tenant_id, session_id, body.as_of)
-            if earlier is not None:
-                recent = [earlier, *recent]
-                last_user = 0
-        query = body.query or (recent[last_user].content if last_user is not None else None)
-
-        memories: list[RecallResult] = []
-        rewritten_query: str | None = None
-        llm_usage: dict[str, int] | None = None
-        if query:
-            spec = SearchSpec(
-                tenant_id=tenant_id,
-                user_id=body.user_id,
-                query=query,
-                top_k=CONTEXT_TOP_K,
-                as_of=body.as_of,
-                session_id=session_id,
-                rewrite=body.rewrite,
-                # The turns before the message the query is (or, for a caller's query, all
-                # of them): what a follow-up's pronouns point at.
-                turns=tuple(
-                    Turn(m.role, m.content)
-                    for m in (
-                        recent[:last_user] if not body.query and last_user is not None else recent
-                    )
-                ),
-            )
-            search = await self.recall.search(spec)
-            rewritten_query, llm_usage = search.rewritten_query, search.llm_usage
-            found = search.results
-            # What the recent turns already say verbatim is not worth its tokens twice.
-            shown = {m.seq for m in recent}
-            memories = [
-                r
-                for r in found
-                if not r.sources
-                or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
-            ]
-
+        recent, last_user, working_memory = await self._conversation(tenant_id, session, body)
+        recalled = await self._recall(tenant_id, session_id, body, recent, last_user)
+        memories = recalled.memories
         # The profile is filled by the issue that brings it; its section is in place,
         # and an empty section renders nothing.
         profile: dict[str, Any] = {}
-        summaries: list[SummaryOut] = []
-        if self.summaries is not None:
-            # Older periods where the verbatim turns stop: summaries of what ended before
-            # the oldest turn read (and, in a replay, before `as_of`).
-            now = body.as_of or datetime.now(UTC)
-            before = min(recent[0].created_at, now) if recent else now
-            summaries = await self.summaries.for_context(tenant_id, body.user_id, before)
+        summaries = await self._summaries(tenant_id, body, recent)
         sections = layout(
             system_prompt=session.system_prompt or "",
             working_memory=[entry_line(k, v) for k, v in working_memory.items()],
@@ -283,9 +226,95 @@ class ContextService:
             tokenizer=self.tokens.encoding,
             dropped=packed.dropped,
             truncated={"recent_messages": [recent[i].seq for i in sorted(cut)]} if cut else {},
-            rewritten_query=rewritten_query,
-            llm_usage=LLMUsage(**llm_usage) if llm_usage else None,
+            rewritten_query=recalled.rewritten_query,
+            llm_usage=LLMUsage(**recalled.llm_usage) if recalled.llm_usage else None,
         )
+
+    async def _conversation(
+        self, tenant_id: str, session: SessionOut, body: ContextRequest
+    ) -> tuple[list[MessageOut], int | None, dict[str, Any]]:
+        """The newest turns, the index of the last user message among them (None if the
+        user never spoke), and the working memory."""
+        working_memory: dict[str, Any] = {}
+        if body.as_of is None:
+            recent, working_memory = await asyncio.gather(
+                self.ingest.recent(tenant_id, session, self.window),
+                self.scratchpad.working_memory(tenant_id, session.id),
+            )
+        else:  # a replay: the session as it stood then, from the log (the scratchpad has
+            # no history, so a replay shows none)
+            recent = await self.ingest.recent_until(tenant_id, session.id, body.as_of, self.window)
+
+        last_user = next(
+            (i for i in range(len(recent) - 1, -1, -1) if recent[i].role == "user"), None
+        )
+        if last_user is None and recent and recent[0].seq > 1:
+            # The user spoke before the window (a long run of tool and assistant turns):
+            # the last user message is still owed verbatim, ahead of the window.
+            earlier = await self.ingest.last_user_message(tenant_id, session.id, body.as_of)
+            if earlier is not None:
+                recent = [earlier, *recent]
+                last_user = 0
+        return recent, last_user, working_memory
+
+    async def _recall(
+        self,
+        tenant_id: str,
+        session_id: str,
+        body: ContextRequest,
+        recent: list[MessageOut],
+        last_user: int | None,
+    ) -> _Recalled:
+        """Memories for the caller's query, or else for the last user message (rewritten
+        when it leans on the turns before it), less what the recent turns already show."""
+        query = body.query or (recent[last_user].content if last_user is not None else None)
+        if not query:
+            return _Recalled([], None, None)
+        spec = SearchSpec(
+            tenant_id=tenant_id,
+            user_id=body.user_id,
+            query=query,
+            top_k=CONTEXT_TOP_K,
+            as_of=body.as_of,
+            session_id=session_id,
+            rewrite=body.rewrite,
+            # The turns before the message the query is (or, for a caller's query, all of
+            # them): what a follow-up's pronouns point at.
+            turns=tuple(
+                Turn(m.role, m.content)
+                for m in (
+                    recent[:last_user] if not body.query and last_user is not None else recent
+                )
+            ),
+        )
+        search = await self.recall.search(spec)
+        # What the recent turns already say verbatim is not worth its tokens twice.
+        shown = {m.seq for m in recent}
+        memories = [
+            r
+            for r in search.results
+            if not r.sources
+            or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
+        ]
+        return _Recalled(memories, search.rewritten_query, search.llm_usage)
+
+    async def _summaries(
+        self, tenant_id: str, body: ContextRequest, recent: list[MessageOut]
+    ) -> list[SummaryOut]:
+        """Older periods where the verbatim turns stop: summaries of what ended before the
+        oldest turn read (and, in a replay, before `as_of`)."""
+        if self.summaries is None:
+            return []
+        now = body.as_of or datetime.now(UTC)
+        before = min(recent[0].created_at, now) if recent else now
+        return await self.summaries.for_context(tenant_id, body.user_id, before)
+
+
+@dataclass(frozen=True, slots=True)
+class _Recalled:
+    memories: list[RecallResult]
+    rewritten_query: str | None
+    llm_usage: dict[str, int] | None
 
 
 def _kept_entries(entries: dict[str, Any], kept: Sequence[int]) -> dict[str, Any]:
