@@ -56,7 +56,7 @@ def build_services(resources: Resources) -> Services:
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
     return Services(
         ingest=ingest,
-        memories=MemoryService(r.db, r.vectors, r.embedder),
+        memories=MemoryService(r.db, r.vectors, r.embedder, build_reindexer(resources)),
         recall=recall,
         context=ContextService(
             ingest,

@@ -29,6 +29,7 @@ from app.schemas.memories import (
     MemoryPage,
     MemoryPatch,
 )
+from app.services.reindex import Reindexer
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
@@ -122,10 +123,13 @@ def _changes(new: dict[str, Any], now: datetime) -> memory_store.MemoryChanges:
 
 
 class MemoryService:
-    def __init__(self, db: Database, vectors: VectorIndex, embedder: Embedder) -> None:
+    def __init__(
+        self, db: Database, vectors: VectorIndex, embedder: Embedder, reindexer: Reindexer
+    ) -> None:
         self.db = db
         self.vectors = vectors
         self.embedder = embedder
+        self.reindexer = reindexer
 
     async def create(self, tenant_id: str, body: MemoryCreate) -> MemoryOut:
         now = datetime.now(UTC)
@@ -240,7 +244,8 @@ class MemoryService:
         return memory_out(row)
 
     async def delete(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:
-        """Soft delete: the row stays for the audit trail, the point leaves the index."""
+        """Soft delete: the row stays for the audit trail, the point leaves the index, and
+        the memories whose index context carried its words are rebuilt without them."""
         now = datetime.now(UTC)
         async with self.db.transaction() as tx:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
@@ -251,6 +256,8 @@ class MemoryService:
                 tx, [_event(row, "deleted", {"content": row.content}, None, "deleted by API")]
             )
             await self.vectors.delete([row.id])
+        # Its words also live in the index context of the turns after it: rebuild those.
+        await self.reindexer.rebuild_followers(row)
 
     async def history(
         self, tenant_id: str, user_id: str, memory_id: uuid.UUID, cursor: str | None, limit: int

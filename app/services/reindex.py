@@ -20,6 +20,10 @@ What a point is rebuilt from:
   own content alone, as `MemoryService.create` and `update` do: dense = turn = that vector,
   sparse from the content, no role.
 
+A deleted memory's turn stays in the log but is no longer context: the memories of the
+turns after it are rebuilt without it (`rebuild_followers`, called on delete), and every
+rebuild leaves deleted turns out, so its words stop finding its neighbours.
+
 The payload comes from the row (`MemoryPayload.from_row`), so access counts, pins and merged
 sources are today's.
 """
@@ -31,6 +35,8 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.chunking import Chunk, LogMessage, chunk_turns, memory_id
 from app.providers.embeddings import Embedder
@@ -106,6 +112,29 @@ class Reindexer:
             rows, done = changed, done - len(changed)
         return done
 
+    async def rebuild_followers(self, gone: Memory) -> int:
+        """Rebuild the live memories of the turns just after a deleted one's turn, whose
+        index context carried its words (promotion's lookback); returns how many."""
+        lookback = context_lookback(self.settings)
+        if lookback == 0:
+            return 0
+        ids: list[uuid.UUID] = []
+        async with self.db.read() as tx:
+            for source in gone.sources:
+                seq, session_id = source.get("seq"), source.get("session_id")
+                if not isinstance(seq, int) or not session_id:
+                    continue
+                session = await session_store.get(tx, gone.tenant_id, str(session_id))
+                if session is None:
+                    continue
+                incarnation = session.created_at.isoformat()
+                ids += [
+                    memory_id(gone.tenant_id, str(session_id), incarnation, seq + k)
+                    for k in range(1, lookback + 1)
+                ]
+            rows = [r for r in await memory_store.get_many(tx, ids) if r.deleted_at is None]
+        return await self.rebuild_rows(rows) if rows else 0
+
     async def points(self, rows: list[Memory]) -> list[VectorPoint]:
         plans = await self._plan(rows)
         chunks, vectors, turns = await embed_chunks(
@@ -146,7 +175,27 @@ class Reindexer:
                 spans = [(max(0, s - lookback - 1), s) for s in sorted(seqs)]
                 found = await message_store.windows(tx, tenant_id, session_id, spans)
                 logs[(tenant_id, session_id)] = {m.seq: log_message(m) for m in found}
+            await self._drop_deleted_turns(tx, logs, incarnations, {r.id for r in rows})
         return [self._plan_one(row, logs, incarnations) for row in rows]
+
+    @staticmethod
+    async def _drop_deleted_turns(
+        tx: AsyncSession,
+        logs: dict[tuple[str, str], dict[int, LogMessage]],
+        incarnations: dict[tuple[str, str], str],
+        rebuilding: set[uuid.UUID],
+    ) -> None:
+        """A turn whose memory was deleted (or forgotten) is no context for its neighbours:
+        its words must not keep finding them. The log keeps the message; the index forgets."""
+        turn_of: dict[uuid.UUID, tuple[tuple[str, str], int]] = {}
+        for key, messages in logs.items():
+            for seq in messages:
+                turn_of[memory_id(*key, incarnations[key], seq)] = (key, seq)
+        ids = [i for i in turn_of if i not in rebuilding]
+        for row in await memory_store.get_many(tx, ids):
+            if row.deleted_at is not None:
+                key, seq = turn_of[row.id]
+                del logs[key][seq]
 
     def _plan_one(
         self,
