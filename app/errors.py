@@ -134,15 +134,6 @@ class JobNotFailed(Conflict):
         super().__init__(f"job {job_id} is {state}; only a failed job can be re-run")
 
 
-class SessionUserConflict(Conflict):
-    code = "session_user_conflict"
-    title = "Session belongs to another user"
-    description = "This session id is taken by another user's session."
-
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id!r} belongs to another user")
-
-
 class PayloadTooLarge(AppError):
     status = 413
     code = "payload_too_large"
@@ -157,6 +148,40 @@ class ScratchpadTooLarge(PayloadTooLarge):
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"data serialises to {size} bytes of JSON; the limit is {limit}")
+
+
+class RequestTooLarge(PayloadTooLarge):
+    code = "request_too_large"
+    title = "Request too large"
+    description = (
+        "The body is larger than `STRATA_MAX_BODY_BYTES` (default 2 MiB, 2,097,152 bytes), "
+        "by its `Content-Length` or as streamed."
+    )
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the body is over the limit of {limit} bytes")
+
+
+class TooManyCharacters(PayloadTooLarge):
+    code = "too_many_characters"
+    title = "Too many characters"
+    description = (
+        "The messages' `content` adds up to more than `STRATA_INGEST_MAX_CHARS` characters "
+        "(default 200,000) in one request; send them in several."
+    )
+
+    def __init__(self, total: int, limit: int) -> None:
+        super().__init__(
+            f"the messages hold {total} characters of content; one request may hold {limit}",
+            errors=[
+                {
+                    "loc": ["body", "messages"],
+                    "field": "messages",
+                    "msg": f"at most {limit} characters of content in total",
+                    "type": "too_many_characters",
+                }
+            ],
+        )
 
 
 class UnsupportedMediaType(AppError):

@@ -26,6 +26,7 @@ from app.api import (
     summaries,
 )
 from app.api import errors as api_errors
+from app.api.limits import BodyLimitMiddleware
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.wiring import Services, build_services
@@ -34,7 +35,12 @@ from app.worker import run_worker
 DESCRIPTION = """Long-term memory for AI agents. Strata keeps an agent's history in three
 layers (in-context, a Redis session buffer, long-term Qdrant + SQL) and hands back, in one
 call, the context that fits the model's token budget. Errors are RFC 9457 problem+json with
-a stable `code` and the `request_id`."""
+a stable `code` and the `request_id`.
+
+Limits: a request body over 2 MiB (`STRATA_MAX_BODY_BYTES`) is a 413 `request_too_large`;
+an ingest request over 200,000 characters of content (`STRATA_INGEST_MAX_CHARS`) is a 413
+`too_many_characters`; JSON types are strict (no `"10"` for an integer, no `0` for a
+boolean, times only as ISO-8601 strings with an offset)."""
 
 log = logging.getLogger("strata")
 
@@ -80,6 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
     )
+    # Added first, so it runs inside the request id middleware that `install` adds.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     api_errors.install(app)
     for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
         app.include_router(module.router)

@@ -36,6 +36,19 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = None
     default_tenant: str = "default"
 
+    # Limits (docs/reliability.md, "Limits").
+    max_body_bytes: int = Field(
+        default=2 * 1024 * 1024,
+        ge=1024,
+        description="the largest request body, counted as it streams in; more is a 413",
+    )
+    ingest_max_chars: int = Field(
+        default=200_000,
+        ge=1,
+        description="the most characters of message content one ingest request may carry; "
+        "more is a 413",
+    )
+
     # Logs: JSON lines carrying the request id (api) and the job id (worker).
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = Field(

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import (
@@ -28,6 +29,8 @@ from app.errors import (
     DatabaseUnavailable,
     InternalError,
     InvalidInput,
+    MethodNotAllowed,
+    RequestTooLarge,
     Unauthorized,
     registered,
 )
@@ -153,7 +156,7 @@ async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
     return problem(InvalidInput, detail, errors=errors)
 
 
-async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
+async def _http_error(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
     kind = HTTP_ERRORS.get(exc.status_code) or (
         InternalError if exc.status_code >= 500 else BadRequest
@@ -162,7 +165,35 @@ async def _http_error(_: Request, exc: Exception) -> ProblemResponse:
     if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing the body"
         detail = "the body is not UTF-8"
     # Keep the exception's headers: a 405 must say what is allowed (`Allow`).
-    return problem(kind, detail, status=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if kind is MethodNotAllowed:
+        # Starlette names the methods of the first route whose path matched; a path served
+        # by several routes (GET, PUT and DELETE of a session) allows all of theirs.
+        allowed = _allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        detail = f"{request.method} is not allowed here; use {', '.join(allowed)}"
+    return problem(kind, detail, status=exc.status_code, headers=headers or None)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods some route serves at this path: each is asked whether it would match
+    the path with that method (a bare scope, free of what routing this request left)."""
+    allowed = []
+    for method in _METHODS:
+        probe: Scope = {
+            "type": "http",
+            "method": method,
+            "path": request.scope["path"],
+            "root_path": request.scope.get("root_path", ""),
+            "headers": [],
+            "query_string": b"",
+        }
+        if any(route.matches(dict(probe))[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
@@ -183,11 +214,13 @@ def install(app: FastAPI) -> None:
 
 COMMON_PROBLEMS: tuple[type[AppError], ...] = (
     Unauthorized,
+    RequestTooLarge,
     InvalidInput,
     InternalError,
     DatabaseUnavailable,
 )
-"""What any /v1 route may answer: every one checks the key, validates, and reads SQL."""
+"""What any /v1 route may answer: every one checks the key, the body's size, validates,
+and reads SQL."""
 
 _EXAMPLE_REQUEST_ID = "9f1c2e4b7a8d4e0f9b6a3c5d2e1f0a7b"
 _EXAMPLE_ERRORS = [

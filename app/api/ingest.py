@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import IngestDep, LimitQuery, SessionIdPath, TenantDep, UserIdQuery
 from app.api.errors import problem_responses
-from app.errors import BadRequest, SessionNotFound, SessionUserConflict, VectorStoreUnavailable
+from app.errors import BadRequest, SessionNotFound, TooManyCharacters, VectorStoreUnavailable
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -24,10 +24,12 @@ router = APIRouter(prefix="/v1/sessions", tags=["ingest"])
 @router.put(
     "/{session_id}",
     summary="Create or update a session",
+    description="A session id belongs to the user who created it: naming it with another "
+    "`user_id` is a 404, as on every route (its existence is not revealed).",
     response_model=SessionOut,
     responses={
         201: {"model": SessionOut, "description": "created"},
-        **problem_responses(BadRequest, SessionUserConflict),
+        **problem_responses(BadRequest, SessionNotFound),
     },
 )
 async def put_session(
@@ -78,7 +80,7 @@ async def delete_session(
     response_model=IngestResponse,
     responses={
         200: {"model": IngestResponse, "description": "indexed (wait=true)"},
-        **problem_responses(BadRequest, SessionNotFound),
+        **problem_responses(BadRequest, SessionNotFound, TooManyCharacters),
     },
 )
 async def post_messages(

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import re
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
 import orjson
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+)
 
 from app.errors import InvalidInput
 
@@ -94,8 +104,31 @@ Content = Annotated[
 Query = Annotated[
     str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_not_blank)
 ]
-EventTime = Annotated[AwareDatetime, AfterValidator(_not_future)]
-InstantTime = Annotated[AwareDatetime, AfterValidator(_utc)]
+
+
+def _iso_string(value: Any) -> Any:
+    """Times are ISO-8601 strings only: pydantic would otherwise read a number as seconds
+    since 1970 (`as_of: 0` is 1970, not an error)."""
+    if isinstance(value, str | datetime):
+        return value
+    raise ValueError("must be an ISO-8601 string with an offset, e.g. 2025-11-03T10:00:00Z")
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _iso_date(value: Any) -> Any:
+    if isinstance(value, date) or (isinstance(value, str) and _ISO_DATE.match(value)):
+        return value
+    raise ValueError("must be an ISO-8601 date string, e.g. 2025-11-03")
+
+
+# `Strict(False)`: request models are strict, under which pydantic takes a datetime only as
+# a Python object; these take the ISO string that JSON carries, and nothing else.
+IsoDatetime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_string)]
+IsoDate = Annotated[date, Strict(False), BeforeValidator(_iso_date)]
+EventTime = Annotated[IsoDatetime, AfterValidator(_not_future)]
+InstantTime = Annotated[IsoDatetime, AfterValidator(_utc)]
 """A time with an offset; stored as UTC."""
 """A time with an offset, at most 5 minutes ahead; stored as UTC."""
 
@@ -132,9 +165,11 @@ class LLMUsage(BaseModel):
 
 
 class StrictModel(BaseModel):
-    """Request bodies: unknown fields are an error, not silently dropped."""
+    """Request bodies: unknown fields are an error, not silently dropped, and JSON types are
+    strict: `"10"` is not an integer, `0` not a boolean, a number not a time (`IsoDatetime`,
+    `IsoDate`). An integer is still a valid number."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Source(BaseModel):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from app.schemas.common import Content, EventTime, Identifier, Metadata, StrictModel
 
@@ -35,9 +35,21 @@ class SessionOut(BaseModel):
     updated_at: datetime
 
 
+GENERATED_ID_PREFIX = "seq:"
+"""The prefix of the id a message sent without one is shown under (`seq:<n>`)."""
+
+
+def _client_id(value: str | None) -> str | None:
+    if value is not None and value.startswith(GENERATED_ID_PREFIX):
+        raise ValueError(f"must not start with {GENERATED_ID_PREFIX!r}, the server's own ids")
+    return value
+
+
 class MessageIn(StrictModel):
-    id: Identifier | None = Field(
-        default=None, description="client id; a retry with the same id is a duplicate"
+    id: Annotated[Identifier | None, AfterValidator(_client_id)] = Field(
+        default=None,
+        description="client id; a retry with the same id is a duplicate. Not starting with "
+        "`seq:`, the prefix of the ids shown for messages sent without one",
     )
     role: Role
     content: Content
@@ -51,7 +63,12 @@ class MessageIn(StrictModel):
 
 class IngestRequest(StrictModel):
     user_id: Identifier
-    messages: list[MessageIn] = Field(min_length=1, max_length=1000)
+    messages: list[MessageIn] = Field(
+        min_length=1,
+        max_length=1000,
+        description="1-1000 messages holding at most 200,000 characters of `content` in total "
+        "(`STRATA_INGEST_MAX_CHARS`): more is a 413 `too_many_characters`",
+    )
     wait: bool = Field(default=False, description="answer once these messages are searchable")
 
     model_config = {

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.common import Identifier, StrictModel
+from app.schemas.common import Identifier, IsoDate, StrictModel
 
 SummaryLevel = Literal["daily", "weekly", "essence"]
 
@@ -16,7 +16,7 @@ SummaryLevel = Literal["daily", "weekly", "essence"]
 class SummarizeRequest(StrictModel):
     user_id: Identifier
     level: SummaryLevel
-    period_start: date | None = Field(
+    period_start: IsoDate | None = Field(
         default=None,
         description="a local day (the user's profile `timezone`, default UTC) in the period: "
         "that day, or that day's ISO week (Monday first). Default: the latest closed period. "

@@ -18,7 +18,7 @@ from typing import Any
 from app.core import periods
 from app.core.erasure import DetachPlan, plan_detach, plan_summaries
 from app.core.periods import Level
-from app.errors import AppError, BufferUnavailable, SessionNotFound, SessionUserConflict
+from app.errors import AppError, BufferUnavailable, SessionNotFound, TooManyCharacters
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -111,7 +111,8 @@ class IngestService:
                 now=now,
             )
             if row.user_id != body.user_id:
-                raise SessionUserConflict(session_id)
+                # Like every other route: another user's session is not revealed to exist.
+                raise SessionNotFound(session_id)
             if created:
                 await session_store.ensure_user(tx, tenant_id, body.user_id, now)
                 return session_out(row), True
@@ -225,6 +226,9 @@ class IngestService:
     async def add_messages(
         self, tenant_id: str, session_id: str, body: IngestRequest
     ) -> IngestResponse:
+        total = sum(len(m.content) for m in body.messages)
+        if total > self.settings.ingest_max_chars:
+            raise TooManyCharacters(total, self.settings.ingest_max_chars)
         now = datetime.now(UTC)
         async with self.db.transaction() as tx:
             session, created = await session_store.create_or_lock(

@@ -26,6 +26,11 @@ BAD_MESSAGES: list[tuple[str, dict[str, Any], str]] = [
     ("too many", {"messages": [turn("hi")] * 1001}, "messages"),
     ("bad user", {"user_id": "no/slash", "messages": [turn("hi")]}, "user_id"),
     ("wait not bool", {"messages": [turn("hi")], "wait": "maybe"}, "wait"),
+    ("wait as 0", {"messages": [turn("hi")], "wait": 0}, "wait"),
+    ("wait as 'true'", {"messages": [turn("hi")], "wait": "true"}, "wait"),
+    ("time as a number", {"messages": [turn("hi", created_at=0)]}, "messages.0.created_at"),
+    ("content not a string", {"messages": [{"role": "user", "content": 5}]}, "content"),
+    ("generated id", {"messages": [turn("hi", id="seq:1")]}, "messages.0.id"),
     ("lone surrogate", {"messages": [turn("bad \udc00 text")]}, "messages.0.content"),
     ("NUL", {"messages": [turn("a\x00b")]}, "messages.0.content"),
     ("huge int", {"messages": [turn("hi", metadata={"n": 2**70})]}, "messages.0.metadata"),
@@ -130,6 +135,11 @@ async def test_json_of_the_wrong_shape_stays_a_422_naming_the_field(
         ),
         ({"query": "x", "memory_types": ["dreams"]}, "memory_types"),
         ({"query": "x", "as_of": "2024-01-01"}, "as_of"),
+        ({"query": "x", "as_of": 0}, "as_of"),
+        ({"query": "x", "top_k": "10"}, "top_k"),
+        ({"query": "x", "top_k": 10.0}, "top_k"),
+        ({"query": "x", "reinforce": 0}, "reinforce"),
+        ({"query": "x", "time_range": {"from": 1700000000}}, "time_range"),
         ({"query": "x", "surprise": True}, "surprise"),
         ({"query": "x", "metadata": {"a b": 1}}, "metadata"),
         ({"query": "x", "as_of": "0001-01-01T00:30:00+01:00"}, "as_of"),
@@ -173,6 +183,26 @@ async def test_wrong_method_is_a_405_problem(running: Running) -> None:
     assert resp.status_code == 405
     assert resp.json()["code"] == "method_not_allowed"
     assert resp.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("POST", "/v1/sessions/s1", "GET, PUT, DELETE"),
+        ("PATCH", "/v1/sessions/s1/scratchpad", "GET, PUT, DELETE"),
+        ("PUT", "/v1/memories/00000000-0000-0000-0000-000000000001", "GET, PATCH, DELETE"),
+        ("DELETE", "/v1/sessions/s1/messages", "GET, POST"),
+    ],
+)
+async def test_a_405_allows_every_method_of_the_path(
+    running: Running, method: str, path: str, allow: str
+) -> None:
+    """Starlette named only the first matching route's method; a path served by several
+    routes allows all of theirs."""
+    resp = await running.client.request(method, path)
+    assert resp.status_code == 405
+    assert resp.headers["allow"] == allow
+    assert resp.json()["code"] == "method_not_allowed"
 
 
 async def test_health_and_readiness_report_each_dependency(running: Running) -> None:

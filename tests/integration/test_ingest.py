@@ -109,9 +109,10 @@ async def test_a_session_belongs_to_one_user(running: Running, ids: Callable[[st
     assert again.status_code == 200
     assert again.json()["system_prompt"] == "Be brief."
 
-    conflict = await running.client.put(f"/v1/sessions/{session}", json={"user_id": other})
-    assert conflict.status_code == 409
-    assert conflict.json()["code"] == "session_user_conflict"
+    # Another user's session is not revealed to exist: a 404, as on every other route.
+    taken = await running.client.put(f"/v1/sessions/{session}", json={"user_id": other})
+    assert taken.status_code == 404
+    assert taken.json()["code"] == "session_not_found"
 
     hidden = await running.client.get(f"/v1/sessions/{session}", params={"user_id": other})
     assert hidden.status_code == 404
@@ -207,4 +208,4 @@ async def test_concurrent_first_writes_to_a_new_session(
         for i in range(4)
     ]
     codes = sorted(a.status_code for a in await asyncio.gather(*puts))
-    assert codes == [201, 409, 409, 409]
+    assert codes == [201, 404, 404, 404]
