@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, status
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime
 
 from app.api.deps import ID_PATTERN, LimitQuery, SummaryDep, TenantDep
 from app.api.errors import problem_responses
 from app.errors import BadRequest, InvalidCursor, PeriodNotStarted
+from app.schemas.common import IsoDatetime
 from app.schemas.summaries import (
     SummarizeAccepted,
     SummarizeRequest,
@@ -59,9 +59,9 @@ async def list_summaries(
     summaries: SummaryDep,
     level: SummaryLevel | None = None,
     from_: Annotated[
-        AwareDatetime | None, Query(alias="from", description="periods starting at or after")
+        IsoDatetime | None, Query(alias="from", description="periods starting at or after")
     ] = None,
-    to: Annotated[AwareDatetime | None, Query(description="periods starting at or before")] = None,
+    to: Annotated[IsoDatetime | None, Query(description="periods starting at or before")] = None,
     limit: LimitQuery = 50,
     cursor: Annotated[str | None, Query(max_length=512, description="from `next_cursor`")] = None,
 ) -> SummaryPage:

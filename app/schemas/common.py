@@ -106,12 +106,16 @@ Query = Annotated[
 ]
 
 
+_ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+
+
 def _iso_string(value: Any) -> Any:
-    """Times are ISO-8601 strings only: pydantic would otherwise read a number as seconds
-    since 1970 (`as_of: 0` is 1970, not an error)."""
-    if isinstance(value, str | datetime):
+    """Times are ISO-8601 strings only: pydantic would otherwise read a number, or a string
+    of digits (a query parameter), as seconds since 1970 (`as_of: 0` is 1970, not an
+    error)."""
+    if isinstance(value, datetime) or (isinstance(value, str) and _ISO_DATETIME.match(value)):
         return value
-    raise ValueError("must be an ISO-8601 string with an offset, e.g. 2025-11-03T10:00:00Z")
+    raise ValueError("must be an ISO-8601 time with an offset, e.g. 2025-11-03T10:00:00Z")
 
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -122,6 +126,16 @@ def _iso_date(value: Any) -> Any:
         return value
     raise ValueError("must be an ISO-8601 date string, e.g. 2025-11-03")
 
+
+def _json_integer(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be an integer (a JSON number, not a string or a boolean)")
+    return value
+
+
+# JSON has one number type: 10 and 10.0 are the same integer (as JSON Schema's `integer`
+# says); "10" and true are not one, and 10.5 is refused by the integer check itself.
+JsonInt = Annotated[int, Strict(False), BeforeValidator(_json_integer)]
 
 # `Strict(False)`: request models are strict, under which pydantic takes a datetime only as
 # a Python object; these take the ISO string that JSON carries, and nothing else.
@@ -143,16 +157,27 @@ JsonObject = Annotated[
     AfterValidator(_json_object),
 ]
 FilterValue = Annotated[
-    str | Annotated[int, Field(ge=-INT64 - 1, le=INT64)] | bool,
+    str
+    | Annotated[int, Field(ge=-INT64 - 1, le=INT64), Strict(False), BeforeValidator(_json_integer)]
+    | bool,
     AfterValidator(lambda v: _text(v) if isinstance(v, str) else v),
 ]
 Text = Annotated[str, AfterValidator(_text)]
+METADATA_KEY = r"^[A-Za-z0-9_-]{1,64}$"
 MetadataKey = Annotated[
     str,
-    StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$"),
+    StringConstraints(pattern=METADATA_KEY),
     Field(description="a top-level metadata key"),
 ]
 """Free text that may be empty or blank, but must be storable."""
+
+
+def only_pattern_keys(schema: dict[str, Any]) -> None:
+    """`json_schema_extra` of a dict keyed by `MetadataKey`: pydantic documents the key's
+    pattern as `patternProperties`, which lets any other key through; the API does not."""
+    for sub in schema.get("anyOf", [schema]):
+        if sub.get("type") == "object":
+            sub["additionalProperties"] = False
 
 
 class LLMUsage(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.common import EventTime, Identifier, LLMUsage, Query, StrictModel
+from app.schemas.common import EventTime, Identifier, JsonInt, LLMUsage, Query, StrictModel
 from app.schemas.ingest import MessageOut
 from app.schemas.recall import RecallResult
 
@@ -15,7 +15,7 @@ from app.schemas.recall import RecallResult
 class ContextRequest(StrictModel):
     user_id: Identifier
     query: Query | None = Field(default=None, description="default: the last user message")
-    token_budget: int = Field(default=4000, ge=1, le=200_000)
+    token_budget: JsonInt = Field(default=4000, ge=1, le=200_000)
     as_of: EventTime | None = None
     rewrite: Literal["auto", "off"] = Field(
         default="auto",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from app.schemas.common import Content, Identifier, Metadata, Source, StrictModel, Text
 
@@ -44,12 +45,18 @@ class MemoryCreate(StrictModel):
 
 
 class MemoryPatch(StrictModel):
+    """Fields left out stay as they are; none of them may be null (`SkipJsonSchema` keeps
+    the `None` default out of the schema)."""
+
     user_id: Identifier
-    content: Content | None = None
-    memory_type: MemoryType | None = None
-    importance: float | None = Field(default=None, ge=0, le=1, description=INTRINSIC)
-    pinned: bool | None = None
-    metadata: Metadata | None = None
+    content: Content | SkipJsonSchema[None] = None
+    memory_type: MemoryType | SkipJsonSchema[None] = None
+    # The bounds on the float alone: on the field they would be applied to a null too.
+    importance: Annotated[float, Field(ge=0, le=1)] | SkipJsonSchema[None] = Field(
+        default=None, description=INTRINSIC
+    )
+    pinned: bool | SkipJsonSchema[None] = None
+    metadata: Metadata | SkipJsonSchema[None] = None
     reason: Text | None = Field(default=None, max_length=1000, description="kept in the history")
 
 

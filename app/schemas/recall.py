@@ -14,11 +14,13 @@ from app.schemas.common import (
     FilterValue,
     Identifier,
     InstantTime,
+    JsonInt,
     LLMUsage,
     MetadataKey,
     Query,
     Source,
     StrictModel,
+    only_pattern_keys,
 )
 from app.schemas.memories import MemoryType
 
@@ -48,11 +50,13 @@ class RecallRequest(StrictModel):
     user_id: Identifier
     query: Query
     session_id: Identifier | None = None
-    top_k: int = Field(default=10, ge=1, le=200)
+    top_k: JsonInt = Field(default=10, ge=1, le=200)
     memory_types: list[MemoryType] | None = Field(default=None, min_length=1)
     kinds: list[Literal["memory", "summary"]] | None = Field(default=None, min_length=1)
     time_range: TimeRange | None = None
-    metadata: dict[MetadataKey, FilterValue] | None = Field(default=None, max_length=16)
+    metadata: dict[MetadataKey, FilterValue] | None = Field(
+        default=None, max_length=16, json_schema_extra=only_pattern_keys
+    )
     weights: ScoreWeights | None = None
     rewrite: Literal["auto", "off"] = "auto"
     as_of: EventTime | None = Field(

@@ -136,8 +136,10 @@ async def test_json_of_the_wrong_shape_stays_a_422_naming_the_field(
         ({"query": "x", "memory_types": ["dreams"]}, "memory_types"),
         ({"query": "x", "as_of": "2024-01-01"}, "as_of"),
         ({"query": "x", "as_of": 0}, "as_of"),
+        ({"query": "x", "as_of": "1700000000"}, "as_of"),
         ({"query": "x", "top_k": "10"}, "top_k"),
-        ({"query": "x", "top_k": 10.0}, "top_k"),
+        ({"query": "x", "top_k": 10.5}, "top_k"),
+        ({"query": "x", "top_k": True}, "top_k"),
         ({"query": "x", "reinforce": 0}, "reinforce"),
         ({"query": "x", "time_range": {"from": 1700000000}}, "time_range"),
         ({"query": "x", "surprise": True}, "surprise"),
@@ -152,6 +154,14 @@ async def test_bad_recall_is_a_422_naming_the_field(
     resp = await running.client.post("/v1/recall", json={"user_id": "u", **body})
     assert resp.status_code == 422
     assert any(field in e["field"] for e in resp.json()["errors"]), resp.json()
+
+
+@pytest.mark.parametrize("value", ["0.5", "1700000000", "2024-01-01T00:00:00"])
+async def test_a_time_in_a_query_is_iso_8601_with_an_offset(running: Running, value: str) -> None:
+    """`to=0.5` was read as half a second after 1970 (found by fuzzing)."""
+    resp = await running.client.get("/v1/users/u/summaries", params={"to": value})
+    assert resp.status_code == 422
+    assert resp.json()["errors"][0]["field"] == "to"
 
 
 @pytest.mark.parametrize(("budget", "ok"), [(0, False), (200_001, False), (1, True)])

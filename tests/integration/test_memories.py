@@ -121,10 +121,13 @@ async def test_patch_rejects_null_and_unknown_session(
 ) -> None:
     user = ids("user")
     memory = await create(running, user, "Likes jazz.")
-    null = await running.client.patch(
-        f"/v1/memories/{memory['id']}", json={"user_id": user, "content": None}
-    )
-    assert null.status_code == 422
+    for field in ("content", "memory_type", "importance", "pinned", "metadata"):
+        # `importance: null` was a 500 (its bounds applied to the null), found by fuzzing.
+        null = await running.client.patch(
+            f"/v1/memories/{memory['id']}", json={"user_id": user, field: None}
+        )
+        assert null.status_code == 422, (field, null.text)
+        assert null.json()["errors"][0]["field"] == field
     orphan = await running.client.post(
         "/v1/memories",
         json={
