@@ -1,0 +1,149 @@
+"""Schemathesis against the real server, as `make run` starts it, for a bounded time with a
+fixed seed: no 5xx, and every answer conforms to the OpenAPI document (status code,
+content type, headers, body schema), bad input is refused, auth is not ignored, a 405
+lists what is allowed. docs/reliability.md ("Fuzzing") has the command and the findings.
+
+`STRATA_FUZZ_SECONDS` (default 90) and `STRATA_FUZZ_SEED` (default 20261130) change the
+budget and the seed, e.g. for a longer run by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "fuzz-key"
+pytestmark = pytest.mark.e2e
+
+# What the run leaves out, and why (each discussed in docs/reliability.md):
+# - positive_data_acceptance: it expects every schema-valid request to succeed, but some
+#   rules are not JSON Schema: a time at most 5 minutes ahead of now, an opaque cursor
+#   this API returned, no NUL or lone surrogate in stored text, 64-bit integers in free
+#   metadata. Those 422s are the contract.
+# - use_after_free: an emptied scratchpad reads as `{}` with 200 by design, not as 404.
+# - ensure_resource_availability: the links it infers carry the id of a memory but not its
+#   `user_id` (a body or query field), so the follow-up names another user and is, as it
+#   must be, a 404.
+EXCLUDED_CHECKS = "positive_data_acceptance,use_after_free,ensure_resource_availability"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    env |= {
+        "STRATA_DATA_DIR": str(tmp_path_factory.mktemp("fuzz-data")),
+        "STRATA_API_KEY": KEY,  # so that a request without it, or with another, is a 401
+    }
+    log = tmp_path_factory.mktemp("fuzz-log") / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            ["make", "run", f"PORT={port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        yield url, log
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _statuses(log: Path) -> list[int]:
+    """The status of every request the server answered, from its access log."""
+    found = []
+    for line in log.read_text().splitlines():
+        if line[:1] != "{":
+            continue
+        entry = orjson.loads(line)
+        if entry.get("logger") == "uvicorn.access":
+            match = re.search(r'" (\d{3})$', entry.get("msg", ""))
+            if match:
+                found.append(int(match.group(1)))
+    return found
+
+
+def test_fuzzing_finds_no_5xx_and_no_schema_violation(
+    fuzz_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, log = fuzz_server
+    seconds = os.environ.get("STRATA_FUZZ_SECONDS", "90")
+    seed = os.environ.get("STRATA_FUZZ_SEED", "20261130")
+    st = Path(sys.executable).parent / "st"
+    command = [
+        str(st),
+        "run",
+        f"{url}/openapi.json",
+        "--header",
+        f"Authorization: Bearer {KEY}",
+        "--checks",
+        "all",
+        "--exclude-checks",
+        EXCLUDED_CHECKS,
+        "--max-time",
+        seconds,
+        "--seed",
+        seed,
+        # One worker: concurrent `ast.parse` in hypothesis' lambda descriptions crashes
+        # CPython 3.11 ("AST constructor recursion depth mismatch") with two.
+        "--workers",
+        "1",
+        "--report",
+        "json",
+        "--report-json-path",
+        str(tmp_path / "report.json"),
+        "--no-color",
+    ]
+    # Its working directory takes schemathesis' cache (`.schemathesis/`), not the repo.
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    report = orjson.loads((tmp_path / "report.json").read_bytes())
+    statuses = _statuses(log)
+    server_errors = [s for s in statuses if s >= 500]
+    print(
+        f"schemathesis {report['schemathesis_version']}, seed {seed}, {seconds} s: "
+        f"{report['test_cases']['generated']} cases, {len(statuses)} requests, "
+        f"{len(server_errors)} 5xx"
+    )
+    assert report["failures"] == [], run.stdout[-20_000:]
+    assert report["errors"] == [], run.stdout[-20_000:]
+    assert server_errors == [], run.stdout[-20_000:]
+    assert run.returncode == 0, run.stdout[-20_000:]
+    # The run did exercise the API: every operation, and a few thousand requests.
+    assert report["operations"]["tested"] == report["operations"]["selected"] > 20
+    assert report["test_cases"]["generated"] > 500
