@@ -121,3 +121,22 @@ def test_ingest_then_recall_and_context_over_http(server: str) -> None:
         assert bad.status_code == 422
         assert bad.headers["content-type"] == "application/problem+json"
         assert client.get("/openapi.json").json()["info"]["title"] == "Strata"
+
+
+def test_a_body_over_the_limit_is_a_413_over_real_http(server: str) -> None:
+    """The client reads the 413 even though the server stops reading the body, whether it
+    declared its length or streamed it in chunks."""
+    body = orjson.dumps({"user_id": "u", "messages": [{"role": "user", "content": "x"}]})
+    body = body[:-1] + b', "pad": "' + b"y" * (3 * 1024 * 1024) + b'"}'
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(0, len(body), 65_536):
+            yield body[i : i + 65_536]
+
+    url = f"{server}/v1/sessions/e2e-big/messages"
+    headers = {"content-type": "application/json"}
+    for content in (body, chunks()):
+        resp = httpx.post(url, content=content, headers=headers, timeout=30)
+        assert resp.status_code == 413
+        assert resp.json()["code"] == "request_too_large"
+    assert httpx.get(f"{server}/v1/sessions/e2e-big", params={"user_id": "u"}).status_code == 404
