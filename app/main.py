@@ -39,8 +39,9 @@ a stable `code` and the `request_id`.
 
 Limits (defaults): a request body over 2 MiB (`STRATA_MAX_BODY_BYTES`) is a 413
 `request_too_large`; an ingest request over 200,000 characters of content
-(`STRATA_INGEST_MAX_CHARS`) is a 413 `too_many_characters`; JSON types are strict (no `"10"` for an integer, no `0` for a
-boolean, times only as ISO-8601 strings with an offset)."""
+(`STRATA_INGEST_MAX_CHARS`) is a 413 `too_many_characters`; JSON types are strict (no
+`"10"` for an integer, no `0` for a boolean, times only as ISO-8601 strings with an
+offset)."""
 
 log = logging.getLogger("strata")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
@@ -141,6 +142,16 @@ JsonInt = Annotated[int, Strict(False), BeforeValidator(_json_integer)]
 # a Python object; these take the ISO string that JSON carries, and nothing else.
 IsoDatetime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_string)]
 IsoDate = Annotated[date, Strict(False), BeforeValidator(_iso_date)]
+
+
+def _uuid_string(value: Any) -> Any:
+    if isinstance(value, str | uuid.UUID):
+        return value
+    raise ValueError("must be a UUID string")
+
+
+Uuid = Annotated[uuid.UUID, Strict(False), BeforeValidator(_uuid_string)]
+"""A UUID in a request body (under strict mode, pydantic takes only a Python UUID)."""
 EventTime = Annotated[IsoDatetime, AfterValidator(_not_future)]
 InstantTime = Annotated[IsoDatetime, AfterValidator(_utc)]
 """A time with an offset; stored as UTC."""
