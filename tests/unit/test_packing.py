@@ -146,7 +146,9 @@ def check_elided(original: str, shown: str, prefix: int) -> None:
     head, sep, rest = shown.partition("… [")
     assert sep, shown
     n, _, tail = rest.partition(" tokens elided] …")
-    head, tail = head.removesuffix(" "), tail.removeprefix(" ")
+    # The join before the mark follows the head only when some of the body is kept: a bare
+    # prefix (`user: `) keeps its own trailing space.
+    head, tail = head[:prefix] + head[prefix:].removesuffix(" "), tail.removeprefix(" ")
     assert original.startswith(head)
     assert original.endswith(tail)
     middle = original[len(head) : len(original) - len(tail)]
