@@ -19,6 +19,7 @@ from app.api import (
     health,
     ingest,
     jobs,
+    keys,
     memories,
     recall,
     rewrite,
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logs.configure(settings.log_level, settings.log_format)
         async with open_resources(settings) as resources:
             services = build_services(resources)
+            await services.keys.resolve_mode()  # refuses to serve without keys by accident
             stop = asyncio.Event()
             worker = (
                 asyncio.create_task(run_worker(resources, stop), name="strata-worker")
@@ -81,6 +83,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     api_errors.install(app)
-    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
+    for module in (
+        health,
+        ingest,
+        scratchpad,
+        memories,
+        recall,
+        rewrite,
+        context,
+        summaries,
+        jobs,
+        keys,
+    ):
         app.include_router(module.router)
     return app

@@ -90,6 +90,8 @@ def full_settings(pg: str, **overrides: Any) -> Settings:
         "worker_poll_seconds": 0.2,
         "wait_timeout_seconds": 180,  # generous: a slow CI machine must not flake
         "data_dir": Path("/nonexistent-full-stack-uses-no-files"),
+        # The full stack requires keys; tests of the gate start apps of their own with keys.
+        "auth_mode": "open",
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)

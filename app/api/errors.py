@@ -26,9 +26,13 @@ from app.errors import (
     AppError,
     BadRequest,
     DatabaseUnavailable,
+    InsufficientScope,
     InternalError,
     InvalidInput,
+    LoopbackOnly,
+    RateLimited,
     Unauthorized,
+    UserNotAllowed,
     registered,
 )
 from app.logs import request_id_var
@@ -126,7 +130,7 @@ async def _app_error(_: Request, exc: Exception) -> ProblemResponse:
     if exc.status >= 500:
         # The cause (a driver's or client's own error) goes to the log, not to the caller.
         log.warning("%s: %s (%r)", exc.code, exc.detail, exc.__cause__)
-    return problem(type(exc), exc.detail, errors=exc.errors)
+    return problem(type(exc), exc.detail, errors=exc.errors, headers=exc.headers)
 
 
 async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
@@ -183,11 +187,16 @@ def install(app: FastAPI) -> None:
 
 COMMON_PROBLEMS: tuple[type[AppError], ...] = (
     Unauthorized,
+    InsufficientScope,
+    UserNotAllowed,
+    LoopbackOnly,
     InvalidInput,
+    RateLimited,
     InternalError,
     DatabaseUnavailable,
 )
-"""What any /v1 route may answer: every one checks the key, validates, and reads SQL."""
+"""What any /v1 route may answer: every one passes the gate (key, scope, user binding, rate
+limit), validates, and reads SQL."""
 
 _EXAMPLE_REQUEST_ID = "9f1c2e4b7a8d4e0f9b6a3c5d2e1f0a7b"
 _EXAMPLE_ERRORS = [
