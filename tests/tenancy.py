@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import greenlet
+import greenlet  # type: ignore[import-untyped]  # no stubs; two attributes used
 
 from app.stores.models import Base
 
