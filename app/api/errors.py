@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.auth import SCOPE_MARKER, required_scope
 from app.errors import (
     HTTP_ERRORS,
     AppError,
@@ -265,6 +266,18 @@ def _document_problems(app: FastAPI) -> None:
             }
             components["schemas"] = dict(sorted(schemas.items()))
             components["examples"] = {kind.code: _example(kind) for kind in registered()}
+            _document_scopes(spec)
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_scopes(spec: dict[str, Any]) -> None:
+    """Each /v1 operation says which key scope it needs (`x-strata-scope`), by the gate's
+    own rule (docs/security.md)."""
+    for path, operations in spec.get("paths", {}).items():
+        if not path.startswith("/v1"):
+            continue
+        for method, operation in operations.items():
+            declared = operation.get(SCOPE_MARKER)
+            operation[SCOPE_MARKER] = required_scope(method, path, declared)

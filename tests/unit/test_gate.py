@@ -193,3 +193,15 @@ def test_retry_after_is_whole_seconds_at_least_one() -> None:
     assert retry_after_seconds(0.001) == 1
     assert retry_after_seconds(1.0) == 1
     assert retry_after_seconds(1.2) == 2
+
+
+def test_the_document_names_each_operations_scope_and_bearer() -> None:
+    spec = create_app(Settings(_env_file=None)).openapi()
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    for path, operations in spec["paths"].items():
+        if not path.startswith("/v1"):
+            continue
+        for method, op in operations.items():
+            assert op["x-strata-scope"] == required_scope(method, path, op["x-strata-scope"])
+            assert op["security"] == [{"HTTPBearer": []}], (method, path)
+            assert {"401", "403", "429"} <= set(op["responses"]), (method, path)
