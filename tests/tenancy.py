@@ -43,6 +43,9 @@ CROSS_TENANT: dict[str, str] = {
     "app.stores.memories.live_page": "reindex walks every live memory of every tenant",
     "app.stores.summaries.recent_of_level": "the hourly sweep looks at every tenant's periods",
     "app.stores.summaries.users_received_between": "the hourly sweep finds users with news",
+    # Operations: /metrics reports per tenant (grouped by tenant_id), never per user.
+    "app.stores.metrics.index_lag": "index lag per tenant, for /metrics",
+    "app.stores.metrics.memories_by_type": "memories per tenant and type, for /metrics",
 }
 """Senders that cross tenants on purpose: background work, and the gate itself."""
 
