@@ -71,7 +71,9 @@ async def authorize(
     """
     keys: KeyService = _services(request).keys
     if keys.mode != "keys":
-        if keys.mode == "loopback" and not is_loopback(request.client and request.client.host):
+        # No peer address: a Unix socket, which is this machine too.
+        host = request.client.host if request.client else "127.0.0.1"
+        if keys.mode == "loopback" and not is_loopback(host):
             raise LoopbackOnly(
                 "this server runs without API keys and answers callers on its own machine "
                 "only; create a key or set STRATA_API_KEY to serve others"
