@@ -3,6 +3,7 @@ user binding, rate limits, the CLI, and how a server without keys starts (docs/s
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from redis.asyncio import Redis
 
 from app import keys as keys_cli
 from app.settings import Settings
+from app.stores.ratelimit import LocalRateLimiter, RedisRateLimiter
 from tests.conftest import Running, embedded_settings, full_settings, turn
 
 ADMIN = "admin-secret-for-tests"
@@ -395,3 +397,28 @@ async def test_keys_created_by_the_cli_make_an_embedded_server_require_them(
         assert (
             await running.client.get("/v1/memories", params={"user_id": "u"}, headers=bearer(key))
         ).status_code == 200
+
+
+async def test_the_redis_bucket_is_shared_and_degrades_open(redis_client: Redis) -> None:
+    bucket = f"test-{uuid.uuid4().hex}"
+    one, two = RedisRateLimiter(redis_client), RedisRateLimiter(redis_client)  # two replicas
+    assert await one.take(bucket, 0.01, 2) == 0
+    assert await two.take(bucket, 0.01, 2) == 0
+    wait = await one.take(bucket, 0.01, 2)
+    assert 90 <= wait <= 100
+    assert await two.take(f"{bucket}-other", 0.01, 2) == 0  # another key's bucket is full
+    # Redis away: the request goes (a cache outage must not refuse everyone).
+    down = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
+    try:
+        assert await RedisRateLimiter(down).take(bucket, 0.01, 2) == 0
+    finally:
+        await down.aclose()
+
+
+async def test_the_process_bucket_refills_with_time() -> None:
+    limiter = LocalRateLimiter()
+    assert await limiter.take("k", 1000.0, 1) == 0
+    wait = await limiter.take("k", 1000.0, 1)
+    assert 0 < wait <= 0.001
+    await asyncio.sleep(0.01)
+    assert await limiter.take("k", 1000.0, 1) == 0
