@@ -31,7 +31,6 @@ from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.summaries import SummaryService
-from app.settings import Settings
 from app.wiring import Services
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
@@ -48,11 +47,6 @@ UNGATED_ROUTES: frozenset[str] = frozenset()
 def _services(request: Request) -> Services:
     services: Services = request.state.services
     return services
-
-
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.state.settings
-    return settings
 
 
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <api key>`")
