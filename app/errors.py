@@ -40,7 +40,11 @@ class AppError(Exception):
         _REGISTRY[cls.code] = cls
 
     def __init__(
-        self, detail: str | None = None, *, errors: list[dict[str, Any]] | None = None
+        self,
+        detail: str | None = None,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         if _REGISTRY.get(self.code) is not type(self):
             # A family (or the base) has no code of its own: raise one of its members.
@@ -48,6 +52,7 @@ class AppError(Exception):
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.errors = errors
+        self.headers = headers  # e.g. `WWW-Authenticate` of a 401, `Retry-After` of a 429
 
 
 def registered() -> list[type[AppError]]:
@@ -69,7 +74,15 @@ class Unauthorized(AppError):
     status = 401
     code = "unauthorized"
     title = "Missing or invalid API key"
-    description = "Send `Authorization: Bearer <api key>` (when the server has a key)."
+    description = (
+        "Send `Authorization: Bearer <api key>`: the key is missing, malformed, unknown or "
+        "revoked (`WWW-Authenticate: Bearer` says so)."
+    )
+
+    def __init__(self, detail: str | None = None, *, invalid: bool = False) -> None:
+        # RFC 6750 §3: no error code when no key was sent; `invalid_token` for a bad one.
+        error = ' error="invalid_token"' if invalid else ""
+        super().__init__(detail, headers={"WWW-Authenticate": f'Bearer realm="strata"{error}'})
 
 
 class Forbidden(AppError):
@@ -77,6 +90,39 @@ class Forbidden(AppError):
     code = "forbidden"
     title = "Forbidden"
     description = "The credentials do not allow this request."
+
+
+class InsufficientScope(Forbidden):
+    code = "insufficient_scope"
+    title = "The key lacks the scope"
+    description = "The key does not hold the scope this route needs (read, write or admin)."
+
+    def __init__(self, needed: str, held: str) -> None:
+        super().__init__(
+            f"this request needs scope {needed!r}; the key holds {held or 'none'}",
+            headers={
+                "WWW-Authenticate": f'Bearer realm="strata" error="insufficient_scope" '
+                f'scope="{needed}"'
+            },
+        )
+
+
+class UserNotAllowed(Forbidden):
+    code = "user_not_allowed"
+    title = "The key is bound to another user"
+    description = (
+        "The key is bound to one user, and the request names another (in its path, query or "
+        "body) or names none."
+    )
+
+
+class LoopbackOnly(Forbidden):
+    code = "loopback_only"
+    title = "Open server answers loopback only"
+    description = (
+        "The server runs without keys (embedded default) and answers callers on this "
+        "machine only: create a key or set STRATA_API_KEY to serve others."
+    )
 
 
 class NotFound(AppError):
@@ -102,6 +148,15 @@ class MemoryNotFound(NotFound):
 
     def __init__(self, memory_id: uuid.UUID) -> None:
         super().__init__(f"no memory {memory_id} for this user")
+
+
+class KeyNotFound(NotFound):
+    code = "key_not_found"
+    title = "Key not found"
+    description = "No key with this id belongs to this tenant."
+
+    def __init__(self, key_id: uuid.UUID) -> None:
+        super().__init__(f"no key {key_id}")
 
 
 class MethodNotAllowed(AppError):
@@ -181,6 +236,19 @@ class TooManyCharacters(PayloadTooLarge):
                     "type": "too_many_characters",
                 }
             ],
+        )
+
+
+class RateLimited(AppError):
+    status = 429
+    code = "rate_limited"
+    title = "Too many requests"
+    description = "The key's rate limit is spent; `Retry-After` says when to try again."
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(
+            f"the key's rate limit is spent; retry in {retry_after} s",
+            headers={"Retry-After": str(retry_after)},
         )
 
 

@@ -19,6 +19,7 @@ from app.api import (
     health,
     ingest,
     jobs,
+    keys,
     memories,
     recall,
     rewrite,
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logs.configure(settings.log_level, settings.log_format)
         async with open_resources(settings) as resources:
             services = build_services(resources)
+            await services.keys.resolve_mode()  # refuses to serve without keys by accident
             stop = asyncio.Event()
             worker = (
                 asyncio.create_task(run_worker(resources, stop), name="strata-worker")
@@ -90,6 +92,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Added first, so it runs inside the request id middleware that `install` adds.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     api_errors.install(app)
-    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
+    for module in (
+        health,
+        ingest,
+        scratchpad,
+        memories,
+        recall,
+        rewrite,
+        context,
+        summaries,
+        jobs,
+        keys,
+    ):
         app.include_router(module.router)
     return app

@@ -32,9 +32,41 @@ class Settings(BaseSettings):
     collection_prefix: str = "strata"
     auto_migrate: bool = Field(default=True, description="run Alembic migrations at start")
 
-    # Access. With no key set the API is open and every caller is the default tenant.
-    api_key: SecretStr | None = None
+    # Access (docs/security.md): API keys with scopes, bound to a tenant and maybe a user.
+    auth_mode: Literal["keys", "open"] | None = Field(
+        default=None,
+        description="keys: every /v1 request needs a key; open: no checks, every caller is "
+        "the default tenant with every scope. Unset: keys, except an embedded server with no "
+        "key configured or created, which runs open and answers loopback callers only",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="the legacy single key: tenant `default_tenant`, every scope",
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="the operator's key: scope admin only, manages the keys of every tenant "
+        "(/v1/admin/keys)",
+    )
     default_tenant: str = "default"
+    key_cache_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="how long a process keeps a key it looked up (a revocation reaches other "
+        "processes within this time; the revoking process forgets the key at once)",
+    )
+    rate_limit_per_second: float = Field(
+        default=0.0,
+        ge=0,
+        description="requests per second each key may sustain (token bucket); 0: no limit, "
+        "except for keys created with a limit of their own",
+    )
+    rate_limit_burst: int = Field(
+        default=0,
+        ge=0,
+        description="the bucket's size, requests a key may send at once; 0: twice the rate",
+    )
 
     # Limits (docs/reliability.md, "Limits").
     max_body_bytes: int = Field(

@@ -16,6 +16,7 @@ from app.services.context import ContextService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
+from app.services.keys import KeyService
 from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
@@ -24,6 +25,7 @@ from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import MinRelevance, NewerFactsFirst
 from app.services.summaries import SummaryService
+from app.stores.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class Services:
     rewrite: RewriteService
     scratchpad: ScratchpadService
     summaries: SummaryService
+    keys: KeyService
 
 
 def build_services(resources: Resources) -> Services:
@@ -74,7 +77,19 @@ def build_services(resources: Resources) -> Services:
         rewrite=rewrite,
         scratchpad=scratchpad,
         summaries=summaries,
+        keys=build_keys(resources),
     )
+
+
+def build_keys(resources: Resources) -> KeyService:
+    r = resources
+    limiter: RateLimiter
+    if r.settings.redis_url is not None:
+        # One bucket per key across every api replica.
+        limiter = RedisRateLimiter(r.buffer.redis)
+    else:
+        limiter = LocalRateLimiter()  # embedded: one process by design
+    return KeyService(r.db, r.settings, limiter)
 
 
 def build_summaries(resources: Resources) -> SummaryService:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,27 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from app.main import create_app
 from app.resources import Resources
 from app.settings import Settings
+from tests import tenancy
+
+# Every statement the app sends is checked for its tenant scope (tests/tenancy.py).
+event.listen(Engine, "before_cursor_execute", tenancy.record)
+
+
+@pytest.fixture(autouse=True)
+def _tenant_scoped_queries_only() -> Iterator[None]:
+    """Fails the test in whose time the app sent a query on a tenant table without
+    `tenant_id` (a background worker's included), unless its sender is allow-listed."""
+    seen = len(tenancy.violations)
+    yield
+    new = tenancy.violations[seen:]
+    assert not new, "unscoped queries:\n" + "\n".join(sorted({str(v) for v in new}))
+
 
 # No per-example deadline: the first example may load jieba's dictionary (about a second),
 # and CI machines are slower than ours. Property tests assert behaviour, not speed.
@@ -90,6 +107,8 @@ def full_settings(pg: str, **overrides: Any) -> Settings:
         "worker_poll_seconds": 0.2,
         "wait_timeout_seconds": 180,  # generous: a slow CI machine must not flake
         "data_dir": Path("/nonexistent-full-stack-uses-no-files"),
+        # The full stack requires keys; tests of the gate start apps of their own with keys.
+        "auth_mode": "open",
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import ContextDep, SessionIdPath, TenantDep
+from app.api.deps import READS, ContextDep, SessionIdPath, TenantDep
 from app.api.errors import problem_responses
 from app.errors import (
     BadRequest,
@@ -22,6 +22,7 @@ router = APIRouter(prefix="/v1/sessions", tags=["context"])
 
 @router.post(
     "/{session_id}/context",
+    openapi_extra=READS,  # reads only: a read-scoped key may call it
     summary="The context that fits the token budget",
     description="System prompt, working memory (the scratchpad), the newest turns verbatim "
     "and the memories recalled for `query` (default: the last user message), packed so "

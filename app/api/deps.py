@@ -1,27 +1,47 @@
-"""Dependencies of the routes: the caller's tenant and the services, as `Annotated` aliases."""
+"""Dependencies of the routes: the gate (who is calling, and may they), and the services,
+as `Annotated` aliases.
+
+`TenantDep` is the gate: every /v1 route takes it (a test walks the routes), and with it the
+key check, the scope, the user binding and the rate limit (docs/security.md).
+"""
 
 from __future__ import annotations
 
-import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.errors import Unauthorized
+from app.core.auth import (
+    SCOPE_MARKER,
+    Principal,
+    foreign_users,
+    format_scopes,
+    is_loopback,
+    required_scope,
+)
+from app.errors import InsufficientScope, LoopbackOnly, UserNotAllowed
 from app.services.context import ContextService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
+from app.services.keys import KeyService
 from app.services.memories import MemoryService
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.summaries import SummaryService
-from app.settings import Settings
 from app.wiring import Services
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
+
+READS: dict[str, Any] = {SCOPE_MARKER: "read"}
+"""`openapi_extra=READS` on a POST route that only reads (recall, context, rewrite): a
+read-only key may call it. Every other route's scope follows from its method."""
+
+UNGATED_ROUTES: frozenset[str] = frozenset()
+"""/v1 routes that intentionally answer without the gate, as "METHOD /path" (none so far;
+`tests/unit/test_gate.py` fails on any /v1 route that is neither gated nor listed here)."""
 
 
 def _services(request: Request) -> Services:
@@ -29,29 +49,87 @@ def _services(request: Request) -> Services:
     return services
 
 
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.state.settings
-    return settings
-
-
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <api key>`")
 
 
-async def _tenant(
-    settings: Annotated[Settings, Depends(_settings)],
+async def authorize(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> str:
-    """With no key configured the API is open and every caller is the default tenant."""
-    if settings.api_key is None:
-        return settings.default_tenant
-    expected = settings.api_key.get_secret_value().encode()
-    given = credentials.credentials.encode() if credentials else b""
-    if not hmac.compare_digest(given, expected):
-        raise Unauthorized("send `Authorization: Bearer <api key>`")
-    return settings.default_tenant
+) -> Principal:
+    """The gate: who is calling, and whether they may make this request.
+
+    401 without a valid key; 429 when the key's bucket is empty; 403 without the route's
+    scope, or when a key bound to a user names another user (or none) in the path, the query
+    or the JSON body. An open server skips all of it (loopback callers only, unless open was
+    chosen explicitly).
+    """
+    keys: KeyService = _services(request).keys
+    if keys.mode != "keys":
+        # No peer address: a Unix socket, which is this machine too.
+        host = request.client.host if request.client else "127.0.0.1"
+        if keys.mode == "loopback" and not is_loopback(host):
+            raise LoopbackOnly(
+                "this server runs without API keys and answers callers on its own machine "
+                "only; create a key or set STRATA_API_KEY to serve others"
+            )
+        return keys.open_principal()
+    principal = await keys.authenticate(credentials.credentials if credentials else None)
+    await keys.limit(principal)
+    route = request.scope.get("route")
+    declared = (getattr(route, "openapi_extra", None) or {}).get(SCOPE_MARKER)
+    needed = required_scope(request.method, getattr(route, "path", request.url.path), declared)
+    if needed not in principal.scopes:
+        raise InsufficientScope(needed, format_scopes(principal.scopes))
+    if principal.user_id is not None:
+        named = await _named_users(request)
+        if not named:
+            raise UserNotAllowed(
+                f"this key is bound to user {principal.user_id!r}: the request must name "
+                "that user (`user_id`)"
+            )
+        foreign = foreign_users(principal.user_id, named)
+        if foreign:
+            raise UserNotAllowed(
+                f"this key is bound to user {principal.user_id!r}, not {foreign[0]!r}"
+            )
+    return principal
+
+
+async def _named_users(request: Request) -> list[object]:
+    """Every `user_id` the request names: the path's, each in the query, and the JSON body's
+    (top level, or in the objects of a top-level list). The body is the one the route reads:
+    Starlette caches it, and its parsed JSON, on the request."""
+    named: list[object] = []
+    if "user_id" in request.path_params:
+        named.append(request.path_params["user_id"])
+    named.extend(request.query_params.getlist("user_id"))
+    if request.method not in ("GET", "HEAD", "OPTIONS") and await request.body():
+        try:
+            data = await request.json()
+        except ValueError:
+            data = None  # not JSON: the route refuses the body itself
+        items = data if isinstance(data, list) else [data]
+        named.extend(
+            item["user_id"] for item in items if isinstance(item, dict) and "user_id" in item
+        )
+    return named
+
+
+PrincipalDep = Annotated[Principal, Depends(authorize)]
+
+
+async def _tenant(principal: PrincipalDep) -> str:
+    return principal.tenant_id
 
 
 TenantDep = Annotated[str, Depends(_tenant)]
+
+
+def _keys(request: Request) -> KeyService:
+    return _services(request).keys
+
+
+KeyDep = Annotated[KeyService, Depends(_keys)]
 
 
 def _ingest(request: Request) -> IngestService:

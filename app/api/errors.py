@@ -22,16 +22,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.auth import SCOPE_MARKER, required_scope
 from app.errors import (
     HTTP_ERRORS,
     AppError,
     BadRequest,
     DatabaseUnavailable,
+    InsufficientScope,
     InternalError,
     InvalidInput,
+    LoopbackOnly,
     MethodNotAllowed,
+    RateLimited,
     RequestTooLarge,
     Unauthorized,
+    UserNotAllowed,
     registered,
 )
 from app.logs import request_id_var
@@ -129,7 +134,7 @@ async def _app_error(_: Request, exc: Exception) -> ProblemResponse:
     if exc.status >= 500:
         # The cause (a driver's or client's own error) goes to the log, not to the caller.
         log.warning("%s: %s (%r)", exc.code, exc.detail, exc.__cause__)
-    return problem(type(exc), exc.detail, errors=exc.errors)
+    return problem(type(exc), exc.detail, errors=exc.errors, headers=exc.headers)
 
 
 async def _validation_error(_: Request, exc: Exception) -> ProblemResponse:
@@ -215,12 +220,16 @@ def install(app: FastAPI) -> None:
 COMMON_PROBLEMS: tuple[type[AppError], ...] = (
     Unauthorized,
     RequestTooLarge,
+    InsufficientScope,
+    UserNotAllowed,
+    LoopbackOnly,
     InvalidInput,
+    RateLimited,
     InternalError,
     DatabaseUnavailable,
 )
-"""What any /v1 route may answer: every one checks the key, the body's size, validates,
-and reads SQL."""
+"""What any /v1 route may answer: every one passes the gate (key, scope, user binding, rate
+limit), checks the body's size, validates, and reads SQL."""
 
 _EXAMPLE_REQUEST_ID = "9f1c2e4b7a8d4e0f9b6a3c5d2e1f0a7b"
 _EXAMPLE_ERRORS = [
@@ -289,6 +298,18 @@ def _document_problems(app: FastAPI) -> None:
             }
             components["schemas"] = dict(sorted(schemas.items()))
             components["examples"] = {kind.code: _example(kind) for kind in registered()}
+            _document_scopes(spec)
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_scopes(spec: dict[str, Any]) -> None:
+    """Each /v1 operation says which key scope it needs (`x-strata-scope`), by the gate's
+    own rule (docs/security.md)."""
+    for path, operations in spec.get("paths", {}).items():
+        if not path.startswith("/v1"):
+            continue
+        for method, operation in operations.items():
+            declared = operation.get(SCOPE_MARKER)
+            operation[SCOPE_MARKER] = required_scope(method, path, declared)

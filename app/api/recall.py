@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import RecallDep, TenantDep
+from app.api.deps import READS, RecallDep, TenantDep
 from app.api.errors import problem_responses
 from app.errors import (
     BadRequest,
@@ -21,6 +21,7 @@ router = APIRouter(prefix="/v1", tags=["recall"])
 
 @router.post(
     "/recall",
+    openapi_extra=READS,  # reads only: a read-scoped key may call it
     summary="Find the memories that matter for a query",
     description="Hybrid search (dense + BM25 terms, fused with RRF), then "
     "`score = α·semantic + β·recency + γ·importance`, each term in [0, 1].",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import RewriteDep, TenantDep
+from app.api.deps import READS, RewriteDep, TenantDep
 from app.api.errors import problem_responses
 from app.errors import BadRequest, SessionNotFound
 from app.schemas.rewrite import RewriteRequest, RewriteResponse
@@ -14,6 +14,7 @@ router = APIRouter(prefix="/v1", tags=["rewrite"])
 
 @router.post(
     "/rewrite",
+    openapi_extra=READS,  # reads only: a read-scoped key may call it
     summary="Make a follow-up question standalone",
     description="A query that leans on the conversation (a pronoun, a demonstrative, an "
     'ellipsis such as 「那摔伤算吗？」 or "what about her?") is rewritten from the session\'s '

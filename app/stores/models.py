@@ -62,12 +62,23 @@ class Tenant(Base):
 
 
 class ApiKey(Base):
+    """A credential (docs/security.md): `sk_strata_<id hex>_<secret>`, of which only the
+    SHA-256 of the secret is kept. Scopes are a comma-separated subset of read,write,admin."""
+
     __tablename__ = "api_keys"
 
     id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(sa.ForeignKey("tenants.id", ondelete="CASCADE"))
     key_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    name: Mapped[str] = mapped_column(sa.String(128), default="", server_default="")
+    scopes: Mapped[str] = mapped_column(sa.String(64), default="read", server_default="read")
+    user_id: Mapped[str | None] = mapped_column(sa.String(128))
+    rate_limit_per_second: Mapped[float | None] = mapped_column(sa.Float())
+    rate_limit_burst: Mapped[int | None] = mapped_column(sa.Integer())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (sa.Index("ix_api_keys_tenant", "tenant_id", "created_at"),)
 
 
 class User(Base):
