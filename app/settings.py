@@ -46,20 +46,64 @@ class Settings(BaseSettings):
     worker_in_process: bool | None = Field(
         default=None, description="run the promotion worker inside the api; default: embedded"
     )
-    worker_batch_messages: int = Field(default=256, ge=1, le=5000)
+    worker_batch_messages: int = Field(
+        default=256,
+        ge=1,
+        le=5000,
+        description="most messages promotion takes from one session in one turn (a slice)",
+    )
+    worker_slice_chars: int = Field(
+        default=65_536,
+        ge=1_000,
+        le=10_000_000,
+        description="most characters promotion takes from one session in one turn (at least "
+        "one message): a large import is worked off in bounded slices, in turns with every "
+        "other session and user, so it neither delays them nor grows memory",
+    )
     worker_lease_seconds: float = Field(default=30.0, gt=0)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
     worker_debounce_seconds: float = Field(
-        default=0.05,
+        default=0.0,
         ge=0,
         le=5,
-        description="pause between passes that were not full, so trickling messages are "
-        "promoted in batches instead of one pass (and several writes) each",
+        description="pause after a pass that was not full, to gather a trickle of messages "
+        "into fewer passes; 0 (the default) promotes at once, and messages that arrive "
+        "during a pass are gathered by the next one anyway",
     )
     worker_heartbeat_file: Path | None = Field(
         default=None, description="touched after every worker pass (container healthcheck)"
     )
+    worker_heartbeat_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="how often a worker writes its heartbeat row (read by /readyz)",
+    )
+    worker_stale_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="a worker whose heartbeat is older than this counts as gone: /readyz is "
+        "not ready while messages wait to be indexed and no worker is alive",
+    )
     wait_timeout_seconds: float = Field(default=60.0, gt=0)
+    wait_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="a waiting request is woken when its messages are indexed; it also "
+        "re-reads the watermark this often, in case a wake-up was lost (Redis down)",
+    )
+
+    # Redis: a frozen or unreachable Redis must cost milliseconds, not seconds. The log is
+    # the truth, so after a failure Redis is skipped for a while and callers degrade.
+    redis_timeout_seconds: float = Field(
+        default=0.25, gt=0, le=30, description="connect and socket time-out of Redis calls"
+    )
+    redis_retry_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=600,
+        description="after a Redis failure, calls skip Redis for this long (they degrade to "
+        "the log at once) before trying it again",
+    )
 
     # Buffer (L2).
     buffer_window: int = Field(default=100, ge=1, le=10_000)

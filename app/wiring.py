@@ -42,7 +42,9 @@ class Services:
 def build_services(resources: Resources) -> Services:
     r = resources
     summaries = build_summaries(r)
-    ingest = IngestService(r.db, r.buffer, r.vectors, r.settings, enqueue_summary=summaries.enqueue)
+    ingest = IngestService(
+        r.db, r.buffer, r.vectors, r.settings, r.signals, enqueue_summary=summaries.enqueue
+    )
     rewrite = RewriteService(ingest, r.llm)
     recall = RecallService(
         r.db,
@@ -89,4 +91,6 @@ def build_reindexer(resources: Resources) -> Reindexer:
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:
     r = resources
-    return Promoter(r.db, r.vectors, r.embedder, r.settings, owner=owner, stop=stop)
+    return Promoter(
+        r.db, r.vectors, r.embedder, r.settings, owner=owner, stop=stop, signals=r.signals
+    )

@@ -1,11 +1,15 @@
 """Promotion (L2 → L3): new log messages become indexed episodic memories.
 
 The log and its watermarks are the queue. A pass leases sessions whose `last_seq` is ahead
-of `indexed_seq`, chunks the new messages, embeds them in batches off the event loop,
+of `indexed_seq` (one per user, the least recently served first) and takes one bounded
+slice of each (at most `worker_batch_messages` messages and `worker_slice_chars`
+characters), so a huge import is worked off in turns with everyone else's messages and
+memory stays bounded. It chunks the new messages, embeds them in batches off the event loop,
 writes the points (deterministic ids, so a replay overwrites rather than duplicates), then
 commits the memory rows, their audit events and the advanced watermark in one
 transaction, guarded by the lease. A near-duplicate of a memory the user already has is
-merged into it (its sources grow) instead of being stored twice.
+merged into it (its sources grow) instead of being stored twice. After each commit the
+requests waiting for the session are woken (`Signals`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from app.stores import sessions as session_store
 from app.stores.db import Database
 from app.stores.models import Message
 from app.stores.sessions import Claim
+from app.stores.signals import Signals
 from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorPoint
 
 if TYPE_CHECKING:
@@ -59,6 +64,7 @@ class Promoter:
         *,
         owner: str,
         stop: asyncio.Event | None = None,
+        signals: Signals | None = None,
     ) -> None:
         self.db = db
         self.vectors = vectors
@@ -66,6 +72,7 @@ class Promoter:
         self.settings = settings
         self.owner = owner
         self.stop = stop or asyncio.Event()
+        self.signals = signals
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
@@ -110,36 +117,41 @@ class Promoter:
         return datetime.now(UTC) + timedelta(seconds=wait)
 
     async def promote(self, claim: Claim) -> int:
+        """One slice of the session's backlog; returns how many messages it indexed."""
         cursor = claim.indexed_seq
-        done = 0
-        while cursor < claim.last_seq and not self.stop.is_set():
-            upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
-            lookback = context_lookback(self.settings)
-            async with self.db.read() as tx:
-                rows = await message_store.seq_range(
-                    tx,
-                    claim.tenant_id,
-                    claim.session_id,
-                    after_seq=max(0, cursor - lookback),
-                    upto_seq=upto,
-                )
-            log_messages = [log_message(r) for r in rows]
-            context = [m for m in log_messages if m.seq <= cursor]
-            new = [m for m in log_messages if m.seq > cursor]
-            chunks = chunk_turns(
+        if cursor >= claim.last_seq or self.stop.is_set():
+            return 0
+        upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
+        lookback = context_lookback(self.settings)
+        async with self.db.read() as tx:
+            rows = await message_store.seq_range(
+                tx,
                 claim.tenant_id,
-                claim.incarnation,
-                context,
-                new,
-                dense_context=self.settings.dense_context_turns,
-                sparse_context=self.settings.sparse_context_turns,
+                claim.session_id,
+                after_seq=max(0, cursor - lookback),
+                upto_seq=upto,
             )
-            if not await self._write(claim, chunks, cursor, upto):
-                log.info("lease on %s lost; another worker goes on", claim.session_id)
-                return done
-            done += len(new)
-            cursor = upto
-        return done
+        log_messages = [log_message(r) for r in rows]
+        context = [m for m in log_messages if m.seq <= cursor]
+        pending = [m for m in log_messages if m.seq > cursor]
+        new = slice_by_chars(pending, self.settings.worker_slice_chars)
+        # The whole range when it all fits (stepping over any gap in the log), else up to
+        # the last message of the slice.
+        new_upto = upto if len(new) == len(pending) else new[-1].seq
+        chunks = chunk_turns(
+            claim.tenant_id,
+            claim.incarnation,
+            context,
+            new,
+            dense_context=self.settings.dense_context_turns,
+            sparse_context=self.settings.sparse_context_turns,
+        )
+        if not await self._write(claim, chunks, cursor, new_upto):
+            log.info("lease on %s lost; another worker goes on", claim.session_id)
+            return 0
+        if self.signals is not None:
+            await self.signals.indexed(claim.tenant_id, claim.session_id, new_upto)
+        return len(new)
 
     async def _embed(
         self, chunks: list[Chunk]
@@ -155,7 +167,11 @@ class Promoter:
         chunks, vectors, turns = await self._embed(chunks)
         done, same_text = await self._existing(claim, chunks)
         plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
-        points = [self._point(claim, memory, turns.get(memory.chunk.id)) for memory in plan.fresh]
+        # Term vectors of long texts take tens of milliseconds each: off the event loop,
+        # which the api shares with an in-process worker.
+        points = await asyncio.to_thread(
+            lambda: [self._point(claim, m, turns.get(m.chunk.id)) for m in plan.fresh]
+        )
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
@@ -313,6 +329,17 @@ class Promoter:
             session = await session_store.get(tx, claim.tenant_id, claim.session_id)
         if session is None or session.created_at.isoformat() != claim.incarnation:
             await self.vectors.delete(ids)
+
+
+def slice_by_chars(messages: list[LogMessage], max_chars: int) -> list[LogMessage]:
+    """The first messages whose contents add up to at most `max_chars` (at least one), so a
+    slice of 32,000-character messages is two of them, not 256."""
+    total = 0
+    for i, m in enumerate(messages):
+        total += len(m.content)
+        if total > max_chars and i > 0:
+            return messages[:i]
+    return messages
 
 
 def context_lookback(settings: Settings) -> int:
