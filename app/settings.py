@@ -286,3 +286,40 @@ class Settings(BaseSettings):
         if self.worker_in_process is not None:
             return self.worker_in_process
         return self.is_sqlite
+
+    def refusal(self, role: Literal["api", "worker"]) -> str | None:
+        """Why this configuration cannot work for `role`, or None. Qdrant Edge is a shard
+        on disk that one process opens: the api's. A worker in another process cannot open
+        it, so such a worker would exit and nothing would ever be indexed."""
+        if self.qdrant_url is not None:
+            return None
+        if role == "worker":
+            return (
+                "the worker cannot run as its own process on the embedded index (Qdrant "
+                "Edge, opened by the api): set STRATA_QDRANT_URL to a Qdrant server for "
+                "api and worker, or run the worker inside the api "
+                "(STRATA_WORKER_IN_PROCESS=true, the embedded default)"
+            )
+        if not self.run_worker_in_process:
+            return (
+                "STRATA_WORKER_IN_PROCESS=false with the embedded index (Qdrant Edge): no "
+                "other process can open its shard, so nothing would ever be indexed. Unset "
+                "STRATA_WORKER_IN_PROCESS (the worker then runs inside the api), or set "
+                "STRATA_QDRANT_URL to a Qdrant server and run `python -m app.worker`"
+            )
+        return None
+
+
+class RefusedConfiguration(SystemExit):
+    """Raised at start for a configuration that cannot work: the process exits with the
+    reason on stderr (status 1), before opening anything."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"strata: refusing to start: {reason}")
+        self.reason = reason
+
+
+def refuse_unworkable(settings: Settings, role: Literal["api", "worker"]) -> None:
+    reason = settings.refusal(role)
+    if reason is not None:
+        raise RefusedConfiguration(reason)

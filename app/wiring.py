@@ -70,7 +70,9 @@ def build_services(resources: Resources) -> Services:
             summaries=summaries,
         ),
         health=HealthService(
-            {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
+            {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping},
+            r.db,
+            stale_seconds=r.settings.worker_stale_seconds,
         ),
         jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
         rewrite=rewrite,

@@ -13,7 +13,7 @@ import signal
 import socket
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from app import logs
 from app.jobs import reindex
@@ -22,7 +22,7 @@ from app.jobs.catalog import build_registry
 from app.jobs.registry import Registry
 from app.jobs.reindex import REINDEX
 from app.resources import Resources, open_resources
-from app.settings import Settings
+from app.settings import Settings, refuse_unworkable
 from app.stores import heartbeats
 from app.stores.signals import Signals
 from app.wiring import build_promoter, build_reindexer, build_summaries
@@ -95,8 +95,11 @@ class _Heart:
         if time.monotonic() - self._last < self.every:
             return
         try:
+            now = datetime.now(UTC)
             async with self.db.transaction() as tx:
-                await heartbeats.beat(tx, self.owner, self.started_at, datetime.now(UTC))
+                if not self._last:  # at start: forget the workers that died a day ago
+                    await heartbeats.purge_before(tx, now - timedelta(days=1))
+                await heartbeats.beat(tx, self.owner, self.started_at, now)
             self._last = time.monotonic()
         except Exception:
             log.warning("could not write the worker heartbeat", exc_info=True)
@@ -136,6 +139,7 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 
 async def main() -> None:
     settings = Settings()
+    refuse_unworkable(settings, "worker")
     logs.configure(settings.log_level, settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
