@@ -54,6 +54,7 @@ async def run_worker(
     jobs = job_tasks.start(resources.db, settings, owner, stop, registry)
     heart = _Heart(resources, owner)
     await heart.beat()
+    beating = asyncio.create_task(heart.run(stop), name="strata-heartbeat")
     log.info("worker %s started", owner)
     try:
         while not stop.is_set():
@@ -66,7 +67,6 @@ async def run_worker(
                 log.exception("promotion pass failed; retrying")
                 done = 0
                 await _sleep_or_stop(stop, poll)
-            await heart.beat()
             if done == 0 and not stop.is_set():
                 await _wait_for_work(signals, stop, poll)
             elif done < settings.worker_batch_messages and settings.worker_debounce_seconds:
@@ -75,14 +75,16 @@ async def run_worker(
         if not stop.is_set():  # cancelled: the job tasks will not see `stop`
             for task in jobs:
                 task.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
+        beating.cancel()
+        await asyncio.gather(*jobs, beating, return_exceptions=True)
         await heart.stop()
         log.info("worker %s stopped", owner)
 
 
 class _Heart:
-    """Writes the worker's heartbeat row (read by `/readyz`), at most every
-    `worker_heartbeat_seconds`; never fatal."""
+    """Writes the worker's heartbeat row (read by `/readyz`) every
+    `worker_heartbeat_seconds`, from a task of its own: a long pass is not a dead worker,
+    but a process that died or an event loop that froze stops beating. Never fatal."""
 
     def __init__(self, resources: Resources, owner: str) -> None:
         self.db = resources.db
@@ -92,8 +94,6 @@ class _Heart:
         self._last = 0.0
 
     async def beat(self) -> None:
-        if time.monotonic() - self._last < self.every:
-            return
         try:
             now = datetime.now(UTC)
             async with self.db.transaction() as tx:
@@ -103,6 +103,11 @@ class _Heart:
             self._last = time.monotonic()
         except Exception:
             log.warning("could not write the worker heartbeat", exc_info=True)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await _sleep_or_stop(stop, self.every)
+            await self.beat()
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -91,7 +91,5 @@ async def test_a_wait_of_another_user_is_answered_while_a_big_import_is_promoted
         )
         assert waited.status_code == 200
         assert waited.json()["indexed_seq"] == 200
-        memories = await app.client.get(
-            "/v1/memories", params={"user_id": "alice", "limit": 200}
-        )
+        memories = await app.client.get("/v1/memories", params={"user_id": "alice", "limit": 200})
         assert len(memories.json()["items"]) == 200
