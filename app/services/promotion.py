@@ -26,7 +26,7 @@ import numpy as np
 from app.core import terms
 from app.core.audit import AuditEvent
 from app.core.backoff import backoff_seconds
-from app.core.chunking import Chunk, LogMessage, chunk_turns
+from app.core.chunking import Chunk, LogMessage, chunk_turns, embedding_windows
 from app.core.dedupe import (
     ExistingMemory,
     Gain,
@@ -369,16 +369,12 @@ async def embed_chunks(
     lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
     by_line: dict[str, np.ndarray[Any, Any]]
     try:
-        vectors = await embedder.embed(lines, bulk=True)
-        by_line = {
-            line: np.asarray(v, dtype=np.float32) for line, v in zip(lines, vectors, strict=True)
-        }
+        by_line = await _embed_lines(embedder, lines)
     except EmbeddingRejected:
         by_line = {}
         for line in lines:
             try:
-                [one] = await embedder.embed([line], bulk=True)
-                by_line[line] = np.asarray(one, dtype=np.float32)
+                by_line.update(await _embed_lines(embedder, [line]))
             except EmbeddingRejected:
                 log.warning("embedding provider refused a message; it stays unindexed")
     w = context_weight
@@ -397,6 +393,22 @@ async def embed_chunks(
         kept.append(c)
         out.append((v / norm if norm else v).tolist())
     return kept, out, turns
+
+
+async def _embed_lines(embedder: Embedder, lines: list[str]) -> dict[str, np.ndarray[Any, Any]]:
+    """Each line's vector, a long line's as the mean of its windows' (`embedding_windows`)."""
+    windows = [embedding_windows(line) for line in lines]
+    flat = [w for ws in windows for w in ws]
+    vectors = iter(await embedder.embed(flat, bulk=True))
+    by_line: dict[str, np.ndarray[Any, Any]] = {}
+    for line, ws in zip(lines, windows, strict=True):
+        if len(ws) == 1:
+            by_line[line] = np.asarray(next(vectors), dtype=np.float32)
+            continue
+        mean = np.mean([np.asarray(next(vectors), dtype=np.float32) for _ in ws], axis=0)
+        norm = float(np.linalg.norm(mean))
+        by_line[line] = mean / norm if norm else mean
+    return by_line
 
 
 def chunk_point(
