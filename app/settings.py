@@ -53,7 +53,7 @@ class Settings(BaseSettings):
         description="most messages promotion takes from one session in one turn (a slice)",
     )
     worker_slice_chars: int = Field(
-        default=65_536,
+        default=32_768,
         ge=1_000,
         le=10_000_000,
         description="most characters promotion takes from one session in one turn (at least "
