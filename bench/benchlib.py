@@ -357,8 +357,10 @@ def embedded_server(log_path: Path, **env: str) -> Iterator[tuple[str, int]]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
-            + ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
+            [
+                *(sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"),
+                *("--host", "127.0.0.1", "--port", str(port)),
+            ],
             cwd=REPO_ROOT,
             env=clean,
             stdout=log,

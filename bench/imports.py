@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import (  # noqa: E402
+from benchlib import (
     JSON,
     Api,
     embedded_server,
@@ -34,7 +34,7 @@ from benchlib import (  # noqa: E402
     wait_ready,
     write_json,
 )
-from latency import make_messages  # noqa: E402
+from latency import make_messages
 
 
 async def run(args: argparse.Namespace, url: str) -> JSON:
@@ -46,13 +46,17 @@ async def run(args: argparse.Namespace, url: str) -> JSON:
             raise SystemExit("the server did not become ready")
         # A few unmeasured calls: the first promotion loads what it loads lazily.
         for i in range(3):
-            await api.ingest(f"warm-{run_id}", f"warm-{run_id}", make_messages(rng, f"w{i}", 10), True)
+            await api.ingest(
+                f"warm-{run_id}", f"warm-{run_id}", make_messages(rng, f"w{i}", 10), True
+            )
 
         user = f"imports-{run_id}"
         waits: list[float] = []
         unindexed = 0
         for i in range(args.waits):
-            body, ms = await api.ingest(f"idle-{run_id}", user, make_messages(rng, f"i{i}", 10), True)
+            body, ms = await api.ingest(
+                f"idle-{run_id}", user, make_messages(rng, f"i{i}", 10), True
+            )
             waits.append(ms)
             if body is None or body.get("indexed_seq", 0) < body["last_seq"]:
                 unindexed += 1

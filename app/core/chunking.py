@@ -139,9 +139,10 @@ def embedding_windows(
 ) -> list[str]:
     """What of a text the encoder reads: the text itself up to `size` characters; a longer
     one as at most `most` windows of `size`, spread evenly from its start to its end (their
-    vectors are averaged). The bundled encoder's cost grows faster than the length (measured:
-    2,000 characters 77 ms, 8,000 characters 0.4 s, 32,000 characters 3 s), so one pasted document would hold
-    promotion for seconds; the term vector still indexes every word of it."""
+    vectors are averaged). The bundled encoder's cost grows faster than the length
+    (measured: 2,000 characters 77 ms, 8,000 characters 0.4 s, 32,000 characters 3 s), so
+    one pasted document would hold promotion for seconds; the term vector still indexes
+    every word of it."""
     if len(text) <= size:
         return [text]
     count = min(most, -(-len(text) // size))
