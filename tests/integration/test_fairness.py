@@ -93,3 +93,25 @@ async def test_a_wait_of_another_user_is_answered_while_a_big_import_is_promoted
         assert waited.json()["indexed_seq"] == 200
         memories = await app.client.get("/v1/memories", params={"user_id": "alice", "limit": 200})
         assert len(memories.json()["items"]) == 200
+
+
+@pytest.mark.parametrize("mode", ["embedded", "full"])
+async def test_a_wait_is_ended_by_the_workers_signal(
+    mode: str,
+    start_app: Callable[..., Any],
+    tmp_path: Path,
+    pg_databases: Callable[[], Awaitable[str]],
+) -> None:
+    """With the watermark never re-read while waiting (`wait_poll_seconds` beyond the
+    wait's time-out), each `wait=true` can only end indexed if the worker woke it."""
+    quiet = {"wait_poll_seconds": 600, "wait_timeout_seconds": 120}
+    settings = (
+        embedded_settings(tmp_path, **quiet)
+        if mode == "embedded"
+        else full_settings(await pg_databases(), **quiet)
+    )
+    async with start_app(settings) as app:
+        for batch in range(5):
+            messages = [turn(f"batch {batch} fact {i}", id=f"b{batch}m{i}") for i in range(10)]
+            answer = await post_messages(app, "waited", "erin", messages)
+            assert answer["indexed_seq"] == answer["last_seq"] == (batch + 1) * 10

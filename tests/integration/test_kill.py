@@ -249,6 +249,9 @@ async def api_without_worker(
     settings = full_settings(
         await pg_databases(),
         worker_in_process=False,
+        # No re-reads of the watermark while waiting: only the worker's signal, from its
+        # own process over Redis pub/sub, can end a wait before its time-out.
+        wait_poll_seconds=600,
         embedder="openai",
         embedding_url=stub.url,
         embedding_model="stub",
