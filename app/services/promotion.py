@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import uuid
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +75,9 @@ class Promoter:
         self.owner = owner
         self.stop = stop or asyncio.Event()
         self.signals = signals
+        # The vectors of the lines embedded lately: a slice's context turns were the last
+        # slice's new ones, and a long turn costs tenths of a second to embed again.
+        self.recent_lines = LineCache(512)
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
@@ -156,7 +161,9 @@ class Promoter:
     async def _embed(
         self, chunks: list[Chunk]
     ) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
-        return await embed_chunks(self.embedder, chunks, self.settings.dense_context_weight)
+        return await embed_chunks(
+            self.embedder, chunks, self.settings.dense_context_weight, self.recent_lines
+        )
 
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
         """Embed, read what exists, plan (pure), then write: the points, then one transaction.
@@ -355,8 +362,36 @@ def log_message(row: Message) -> LogMessage:
     )
 
 
+class LineCache:
+    """The vectors of the last `size` lines embedded, by a digest of their text."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._vectors: OrderedDict[bytes, np.ndarray[Any, Any]] = OrderedDict()
+
+    @staticmethod
+    def _key(line: str) -> bytes:
+        return hashlib.blake2b(line.encode(), digest_size=16).digest()
+
+    def get(self, line: str) -> np.ndarray[Any, Any] | None:
+        key = self._key(line)
+        vector = self._vectors.get(key)
+        if vector is not None:
+            self._vectors.move_to_end(key)
+        return vector
+
+    def put(self, line: str, vector: np.ndarray[Any, Any]) -> None:
+        self._vectors[self._key(line)] = vector
+        self._vectors.move_to_end(self._key(line))
+        while len(self._vectors) > self.size:
+            self._vectors.popitem(last=False)
+
+
 async def embed_chunks(
-    embedder: Embedder, chunks: list[Chunk], context_weight: float
+    embedder: Embedder,
+    chunks: list[Chunk],
+    context_weight: float,
+    cache: LineCache | None = None,
 ) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
     """One embedding per distinct line; a chunk's vector blends in its context's.
 
@@ -367,16 +402,25 @@ async def embed_chunks(
     if not chunks:
         return [], [], {}
     lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
-    by_line: dict[str, np.ndarray[Any, Any]]
+    by_line: dict[str, np.ndarray[Any, Any]] = {}
+    if cache is not None:
+        for line in lines:
+            if (known := cache.get(line)) is not None:
+                by_line[line] = known
+        lines = [line for line in lines if line not in by_line]
     try:
-        by_line = await _embed_lines(embedder, lines)
+        fresh = await _embed_lines(embedder, lines) if lines else {}
     except EmbeddingRejected:
-        by_line = {}
+        fresh = {}
         for line in lines:
             try:
-                by_line.update(await _embed_lines(embedder, [line]))
+                fresh.update(await _embed_lines(embedder, [line]))
             except EmbeddingRejected:
                 log.warning("embedding provider refused a message; it stays unindexed")
+    by_line.update(fresh)
+    if cache is not None:
+        for line, vector in fresh.items():
+            cache.put(line, vector)
     w = context_weight
     kept: list[Chunk] = []
     out: list[list[float]] = []
