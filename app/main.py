@@ -29,7 +29,7 @@ from app.api import (
 from app.api import errors as api_errors
 from app.api.limits import BodyLimitMiddleware
 from app.resources import Resources, open_resources
-from app.settings import Settings
+from app.settings import Settings, refuse_unworkable
 from app.wiring import Services, build_services
 from app.worker import run_worker
 
@@ -58,6 +58,7 @@ class State(TypedDict):
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The app on `settings` (default: read from the environment, now, not at import)."""
     settings = settings or Settings()
+    refuse_unworkable(settings, "api")
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:

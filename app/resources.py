@@ -14,14 +14,17 @@ from dataclasses import dataclass
 
 import httpx
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from app.core import terms
 from app.core.tokens import TokenCounter
 from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
 from app.providers.llm import LLM, OpenAICompatibleLLM
 from app.settings import Settings
-from app.stores.buffer import Buffer
+from app.stores.buffer import Breaker, Buffer
 from app.stores.db import Database, create_engine, migrate
+from app.stores.signals import Signals
 from app.stores.vectors import VectorIndex, collection_name
 
 log = logging.getLogger("strata")
@@ -35,12 +38,20 @@ class Resources:
     vectors: VectorIndex
     embedder: Embedder
     tokens: TokenCounter
+    signals: Signals
     llm: LLM | None = None  # None: every LLM use falls back to its heuristic
 
 
 def _redis(settings: Settings) -> Redis:
     if settings.redis_url is not None:
-        return Redis.from_url(settings.redis_url.get_secret_value())
+        # Short time-outs and no retries inside the client: a frozen Redis must cost one
+        # time-out, after which the breaker skips it (the log is the truth).
+        return Redis.from_url(
+            settings.redis_url.get_secret_value(),
+            socket_timeout=settings.redis_timeout_seconds,
+            socket_connect_timeout=settings.redis_timeout_seconds,
+            retry=Retry(NoBackoff(), 0),
+        )
     # Embedded: an in-process stand-in, owned by these resources. The api and the
     # in-process worker share the one client (and so its keys and pub/sub); a second app in
     # the same process (tests) gets a server of its own.
@@ -90,12 +101,19 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         )
         stack.push_async_callback(db.close)
 
+        redis = _redis(settings)
+        breaker = Breaker(settings.redis_retry_seconds)
         buffer = Buffer(
-            _redis(settings),
+            redis,
             window=settings.buffer_window,
             ttl_seconds=settings.buffer_ttl_seconds,
+            breaker=breaker,
         )
         stack.push_async_callback(buffer.close)
+        # Embedded, the api and its worker share one process: signals stay in it.
+        signals = Signals(redis if settings.redis_url is not None else None, breaker)
+        signals.start()
+        stack.push_async_callback(signals.close)
 
         embedder = _embedder(settings)
         stack.push_async_callback(embedder.close)
@@ -132,4 +150,4 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
             embedder.model_id,
             llm.model if llm is not None else "none",
         )
-        yield Resources(settings, db, buffer, vectors, embedder, tokens, llm)
+        yield Resources(settings, db, buffer, vectors, embedder, tokens, signals, llm)

@@ -91,20 +91,64 @@ class Settings(BaseSettings):
     worker_in_process: bool | None = Field(
         default=None, description="run the promotion worker inside the api; default: embedded"
     )
-    worker_batch_messages: int = Field(default=256, ge=1, le=5000)
+    worker_batch_messages: int = Field(
+        default=256,
+        ge=1,
+        le=5000,
+        description="most messages promotion takes from one session in one turn (a slice)",
+    )
+    worker_slice_chars: int = Field(
+        default=32_768,
+        ge=1_000,
+        le=10_000_000,
+        description="most characters promotion takes from one session in one turn (at least "
+        "one message): a large import is worked off in bounded slices, in turns with every "
+        "other session and user, so it neither delays them nor grows memory",
+    )
     worker_lease_seconds: float = Field(default=30.0, gt=0)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
     worker_debounce_seconds: float = Field(
-        default=0.05,
+        default=0.0,
         ge=0,
         le=5,
-        description="pause between passes that were not full, so trickling messages are "
-        "promoted in batches instead of one pass (and several writes) each",
+        description="pause after a pass that was not full, to gather a trickle of messages "
+        "into fewer passes; 0 (the default) promotes at once, and messages that arrive "
+        "during a pass are gathered by the next one anyway",
     )
     worker_heartbeat_file: Path | None = Field(
         default=None, description="touched after every worker pass (container healthcheck)"
     )
+    worker_heartbeat_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="how often a worker writes its heartbeat row (read by /readyz)",
+    )
+    worker_stale_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="a worker whose heartbeat is older than this counts as gone: /readyz is "
+        "not ready while messages wait to be indexed and no worker is alive",
+    )
     wait_timeout_seconds: float = Field(default=60.0, gt=0)
+    wait_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="a waiting request is woken when its messages are indexed; it also "
+        "re-reads the watermark this often, in case a wake-up was lost (Redis down)",
+    )
+
+    # Redis: a frozen or unreachable Redis must cost milliseconds, not seconds. The log is
+    # the truth, so after a failure Redis is skipped for a while and callers degrade.
+    redis_timeout_seconds: float = Field(
+        default=0.25, gt=0, le=30, description="connect and socket time-out of Redis calls"
+    )
+    redis_retry_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=600,
+        description="after a Redis failure, calls skip Redis for this long (they degrade to "
+        "the log at once) before trying it again",
+    )
 
     # Buffer (L2).
     buffer_window: int = Field(default=100, ge=1, le=10_000)
@@ -287,3 +331,40 @@ class Settings(BaseSettings):
         if self.worker_in_process is not None:
             return self.worker_in_process
         return self.is_sqlite
+
+    def refusal(self, role: Literal["api", "worker"]) -> str | None:
+        """Why this configuration cannot work for `role`, or None. Qdrant Edge is a shard
+        on disk that one process opens: the api's. A worker in another process cannot open
+        it, so such a worker would exit and nothing would ever be indexed."""
+        if self.qdrant_url is not None:
+            return None
+        if role == "worker":
+            return (
+                "the worker cannot run as its own process on the embedded index (Qdrant "
+                "Edge, opened by the api): set STRATA_QDRANT_URL to a Qdrant server for "
+                "api and worker, or run the worker inside the api "
+                "(STRATA_WORKER_IN_PROCESS=true, the embedded default)"
+            )
+        if not self.run_worker_in_process:
+            return (
+                "STRATA_WORKER_IN_PROCESS=false with the embedded index (Qdrant Edge): no "
+                "other process can open its shard, so nothing would ever be indexed. Unset "
+                "STRATA_WORKER_IN_PROCESS (the worker then runs inside the api), or set "
+                "STRATA_QDRANT_URL to a Qdrant server and run `python -m app.worker`"
+            )
+        return None
+
+
+class RefusedConfiguration(SystemExit):
+    """Raised at start for a configuration that cannot work: the process exits with the
+    reason on stderr (status 1), before opening anything."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"strata: refusing to start: {reason}")
+        self.reason = reason
+
+
+def refuse_unworkable(settings: Settings, role: Literal["api", "worker"]) -> None:
+    reason = settings.refusal(role)
+    if reason is not None:
+        raise RefusedConfiguration(reason)

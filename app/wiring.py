@@ -45,7 +45,9 @@ class Services:
 def build_services(resources: Resources) -> Services:
     r = resources
     summaries = build_summaries(r)
-    ingest = IngestService(r.db, r.buffer, r.vectors, r.settings, enqueue_summary=summaries.enqueue)
+    ingest = IngestService(
+        r.db, r.buffer, r.vectors, r.settings, r.signals, enqueue_summary=summaries.enqueue
+    )
     rewrite = RewriteService(ingest, r.llm)
     recall = RecallService(
         r.db,
@@ -71,7 +73,9 @@ def build_services(resources: Resources) -> Services:
             summaries=summaries,
         ),
         health=HealthService(
-            {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
+            {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping},
+            r.db,
+            stale_seconds=r.settings.worker_stale_seconds,
         ),
         jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
         rewrite=rewrite,
@@ -104,4 +108,6 @@ def build_reindexer(resources: Resources) -> Reindexer:
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:
     r = resources
-    return Promoter(r.db, r.vectors, r.embedder, r.settings, owner=owner, stop=stop)
+    return Promoter(
+        r.db, r.vectors, r.embedder, r.settings, owner=owner, stop=stop, signals=r.signals
+    )

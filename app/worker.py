@@ -11,7 +11,9 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 from app import logs
 from app.jobs import reindex
@@ -20,8 +22,9 @@ from app.jobs.catalog import build_registry
 from app.jobs.registry import Registry
 from app.jobs.reindex import REINDEX
 from app.resources import Resources, open_resources
-from app.settings import Settings
-from app.stores.buffer import WakeListener
+from app.settings import Settings, refuse_unworkable
+from app.stores import heartbeats
+from app.stores.signals import Signals
 from app.wiring import build_promoter, build_reindexer, build_summaries
 
 log = logging.getLogger("strata.worker")
@@ -30,47 +33,86 @@ log = logging.getLogger("strata.worker")
 async def run_worker(
     resources: Resources, stop: asyncio.Event, registry: Registry | None = None
 ) -> None:
-    """Promote until `stop` is set: a pass after every wake-up, and one per poll interval
-    (a missed wake-up only delays work). Errors are logged and retried, never fatal.
-    Jobs of `registry` (default: every kind the service has) run alongside."""
+    """Promote until `stop` is set: pass after pass while there is backlog (each takes one
+    bounded slice per session, in turns), then wait for a wake-up or the poll interval (a
+    missed wake-up only delays work). Errors are logged and retried, never fatal. Jobs of
+    `registry` (default: every kind the service has) run alongside."""
+    settings = resources.settings
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     promoter = build_promoter(resources, owner, stop)
-    listener = resources.buffer.wake_listener()
-    poll = resources.settings.worker_poll_seconds
+    signals = resources.signals
+    poll = settings.worker_poll_seconds
     if registry is None:
         registry = build_registry(
             resources.db,
-            resources.settings,
+            settings,
             summary_service=build_summaries(resources),
             reindexer=build_reindexer(resources),
         )
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)
-    jobs = job_tasks.start(resources.db, resources.settings, owner, stop, registry)
+    jobs = job_tasks.start(resources.db, settings, owner, stop, registry)
+    heart = _Heart(resources, owner)
+    await heart.beat()
+    beating = asyncio.create_task(heart.run(stop), name="strata-heartbeat")
     log.info("worker %s started", owner)
     try:
         while not stop.is_set():
+            signals.work.clear()  # what arrives from here on is seen by this pass or wakes us
             try:
                 done = await promoter.run_once()
-                if resources.settings.worker_heartbeat_file is not None:
-                    resources.settings.worker_heartbeat_file.touch()
+                if settings.worker_heartbeat_file is not None:
+                    settings.worker_heartbeat_file.touch()
             except Exception:
                 log.exception("promotion pass failed; retrying")
                 done = 0
                 await _sleep_or_stop(stop, poll)
             if done == 0 and not stop.is_set():
-                await _wait_for_work(listener, stop, poll)
-            if done < resources.settings.worker_batch_messages:
-                # Not saturated: let a trickle of single messages gather into one pass.
-                await _sleep_or_stop(stop, resources.settings.worker_debounce_seconds)
+                await _wait_for_work(signals, stop, poll)
+            elif done < settings.worker_batch_messages and settings.worker_debounce_seconds:
+                await _sleep_or_stop(stop, settings.worker_debounce_seconds)
     finally:
         if not stop.is_set():  # cancelled: the job tasks will not see `stop`
             for task in jobs:
                 task.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await listener.close()
+        beating.cancel()
+        await asyncio.gather(*jobs, beating, return_exceptions=True)
+        await heart.stop()
         log.info("worker %s stopped", owner)
+
+
+class _Heart:
+    """Writes the worker's heartbeat row (read by `/readyz`) every
+    `worker_heartbeat_seconds`, from a task of its own: a long pass is not a dead worker,
+    but a process that died or an event loop that froze stops beating. Never fatal."""
+
+    def __init__(self, resources: Resources, owner: str) -> None:
+        self.db = resources.db
+        self.every = resources.settings.worker_heartbeat_seconds
+        self.owner = owner
+        self.started_at = datetime.now(UTC)
+        self._last = 0.0
+
+    async def beat(self) -> None:
+        try:
+            now = datetime.now(UTC)
+            async with self.db.transaction() as tx:
+                if not self._last:  # at start: forget the workers that died a day ago
+                    await heartbeats.purge_before(tx, now - timedelta(days=1))
+                await heartbeats.beat(tx, self.owner, self.started_at, now)
+            self._last = time.monotonic()
+        except Exception:
+            log.warning("could not write the worker heartbeat", exc_info=True)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await _sleep_or_stop(stop, self.every)
+            await self.beat()
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            async with self.db.transaction() as tx:
+                await heartbeats.forget(tx, self.owner)
 
 
 async def _reindex_if_empty(resources: Resources) -> None:
@@ -84,18 +126,15 @@ async def _reindex_if_empty(resources: Resources) -> None:
         log.exception("could not check whether the index needs a rebuild")
 
 
-async def _wait_for_work(listener: WakeListener, stop: asyncio.Event, poll: float) -> None:
-    """Until a wake-up, `stop`, or the poll interval. If the buffer is down the wake-ups
-    are lost, not the work: wait out the interval instead of spinning."""
-    waiter = asyncio.ensure_future(listener.wait(poll))
+async def _wait_for_work(signals: Signals, stop: asyncio.Event, poll: float) -> None:
+    """Until a wake-up (ingest in this process, or another's over Redis), `stop`, or the
+    poll interval. If Redis is down the other processes' wake-ups are lost, not the work."""
+    waiter = asyncio.ensure_future(signals.work.wait())
     stopper = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({waiter, stopper}, timeout=poll, return_when=asyncio.FIRST_COMPLETED)
     for task in (waiter, stopper):
         task.cancel()
     await asyncio.gather(waiter, stopper, return_exceptions=True)
-    if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
-        log.warning("wake-up channel unavailable: %s", waiter.exception())
-        await _sleep_or_stop(stop, poll)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
@@ -105,6 +144,7 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 
 async def main() -> None:
     settings = Settings()
+    refuse_unworkable(settings, "worker")
     logs.configure(settings.log_level, settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -4,13 +4,18 @@ records every error, index-watermark polling and the server's resident memory.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
+import shutil
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -334,3 +339,40 @@ def write_json(path: Path, data: JSON) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     print(f"wrote {path}")
+
+
+# --------------------------------------------------------------------------- a server of its own
+
+
+@contextlib.contextmanager
+def embedded_server(log_path: Path, **env: str) -> Iterator[tuple[str, int]]:
+    """A fresh embedded server (temporary data dir, free port) for one benchmark: yields its
+    (base URL, pid); stopped and its data removed afterwards. `env`: extra STRATA_* values."""
+    data_dir = Path(tempfile.mkdtemp(prefix="strata-bench-"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    clean.update({"STRATA_DATA_DIR": str(data_dir), **env})
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"),
+                *("--host", "127.0.0.1", "--port", str(port)),
+            ],
+            cwd=REPO_ROOT,
+            env=clean,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -48,13 +48,23 @@ async def put_session(
 @router.get(
     "/{session_id}",
     summary="A session, with its log and index watermarks",
+    description="With `wait=true`, answers once `indexed_seq` has reached the `last_seq` "
+    "the session had when the request arrived (or the server's wait limit passed: compare "
+    "the two). The bulk-import path: send many batches with `wait=false`, then wait here "
+    "once.",
     response_model=SessionOut,
     responses=problem_responses(SessionNotFound),
 )
 async def get_session(
-    session_id: SessionIdPath, user_id: UserIdQuery, tenant: TenantDep, ingest: IngestDep
+    session_id: SessionIdPath,
+    user_id: UserIdQuery,
+    tenant: TenantDep,
+    ingest: IngestDep,
+    wait: Annotated[
+        bool, Query(description="answer once the index has caught up with the log")
+    ] = False,
 ) -> SessionOut:
-    return await ingest.get_session(tenant, session_id, user_id)
+    return await ingest.get_session(tenant, session_id, user_id, wait=wait)
 
 
 @router.delete(

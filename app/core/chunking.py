@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+# What of a long turn the encoder reads (`embedding_windows`).
+EMBED_WINDOW_CHARS = 2_000
+EMBED_MAX_WINDOWS = 4
+
 MEMORY_NAMESPACE = uuid.UUID("6f1c7f6e-56a4-4e8e-9f5b-3a3c1d0d7a11")
 INDEXED_ROLES = frozenset({"user", "assistant", "tool"})
 
@@ -128,3 +132,20 @@ def heuristic_importance(text: str) -> float:
     elif length < 15:
         score -= 0.15
     return round(min(1.0, max(0.0, score)), 3)
+
+
+def embedding_windows(
+    text: str, size: int = EMBED_WINDOW_CHARS, most: int = EMBED_MAX_WINDOWS
+) -> list[str]:
+    """What of a text the encoder reads: the text itself up to `size` characters; a longer
+    one as at most `most` windows of `size`, spread evenly from its start to its end (their
+    vectors are averaged). The bundled encoder's cost grows faster than the length
+    (measured: 2,000 characters 77 ms, 8,000 characters 0.4 s, 32,000 characters 3 s), so
+    one pasted document would hold promotion for seconds; the term vector still indexes
+    every word of it."""
+    if len(text) <= size:
+        return [text]
+    count = min(most, -(-len(text) // size))
+    span = len(text) - size
+    starts = sorted({round(i * span / (count - 1)) for i in range(count)})
+    return [text[start : start + size] for start in starts]

@@ -7,7 +7,6 @@ log), so it is logged and the request still succeeds.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -36,6 +35,7 @@ from app.stores import summaries as summary_store
 from app.stores.buffer import Buffer
 from app.stores.db import Database
 from app.stores.models import Message, Session, Summary
+from app.stores.signals import Signals
 from app.stores.vectors import PayloadPatch, VectorIndex
 
 log = logging.getLogger("strata.ingest")
@@ -87,12 +87,14 @@ class IngestService:
         buffer: Buffer,
         vectors: VectorIndex,
         settings: Settings,
+        signals: Signals,
         enqueue_summary: SummaryEnqueue | None = None,
     ) -> None:
         self.db = db
         self.buffer = buffer
         self.vectors = vectors
         self.settings = settings
+        self.signals = signals
         self.enqueue_summary = enqueue_summary
 
     async def upsert_session(
@@ -124,9 +126,18 @@ class IngestService:
             row = await session_store.update(tx, tenant_id, session_id, changes, now)
             return session_out(row), False
 
-    async def get_session(self, tenant_id: str, session_id: str, user_id: str) -> SessionOut:
+    async def get_session(
+        self, tenant_id: str, session_id: str, user_id: str, *, wait: bool = False
+    ) -> SessionOut:
+        """With `wait`, once the index has caught up with the log as it is now (or the
+        wait times out): the bulk-import path's one wait after many unwaited batches."""
         async with self.db.read() as tx:
-            return session_out(await self._owned(tx, tenant_id, session_id, user_id))
+            session = session_out(await self._owned(tx, tenant_id, session_id, user_id))
+        if wait and session.indexed_seq < session.last_seq:
+            await self._wait_indexed(tenant_id, session_id, session.last_seq)
+            async with self.db.read() as tx:
+                session = session_out(await self._owned(tx, tenant_id, session_id, user_id))
+        return session
 
     @staticmethod
     async def _owned(
@@ -297,27 +308,32 @@ class IngestService:
             ).model_dump(mode="json")
             for r in rows
         ]
+        self.signals.work_arrived()  # an in-process worker starts now
         try:
+            # With `wake`, the pipeline also tells the workers of other processes.
             await self.buffer.push(tenant_id, session_id, entries, wake=True)
         except BufferUnavailable:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
             # The workers' poll still finds the backlog; a wake-up only saves the wait.
 
     async def _wait_indexed(self, tenant_id: str, session_id: str, target: int) -> int:
-        """Poll the watermark until it reaches `target` or the wait times out.
+        """Wait until the watermark reaches `target` or the wait times out.
 
-        On time-out the answer is still a success (the messages are in the log) and carries
-        the watermark reached, so the caller sees the lag instead of an error.
+        The worker wakes us when it commits an advance of this session (`Signals`), so the
+        answer follows the indexing at once; the watermark is also re-read every
+        `wait_poll_seconds` in case a wake-up was lost. On time-out the answer is still a
+        success (the messages are in the log) and carries the watermark reached, so the
+        caller sees the lag instead of an error.
         """
         deadline = time.monotonic() + self.settings.wait_timeout_seconds
-        delay = 0.005
-        while True:
-            async with self.db.read() as tx:
-                indexed = await session_store.indexed_seq(tx, tenant_id, session_id)
-            if indexed is None or indexed >= target or time.monotonic() >= deadline:
-                return indexed or 0
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+        with self.signals.watch(tenant_id, session_id) as watch:
+            while True:
+                async with self.db.read() as tx:
+                    indexed = await session_store.indexed_seq(tx, tenant_id, session_id)
+                left = deadline - time.monotonic()
+                if indexed is None or indexed >= target or left <= 0:
+                    return indexed or 0
+                await watch.wait(min(left, self.settings.wait_poll_seconds))
 
     async def list_messages(
         self, tenant_id: str, session_id: str, user_id: str, before_seq: int | None, limit: int

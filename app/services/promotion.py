@@ -1,19 +1,25 @@
 """Promotion (L2 → L3): new log messages become indexed episodic memories.
 
 The log and its watermarks are the queue. A pass leases sessions whose `last_seq` is ahead
-of `indexed_seq`, chunks the new messages, embeds them in batches off the event loop,
+of `indexed_seq` (one per user, the least recently served first) and takes one bounded
+slice of each (at most `worker_batch_messages` messages and `worker_slice_chars`
+characters), so a huge import is worked off in turns with everyone else's messages and
+memory stays bounded. It chunks the new messages, embeds them in batches off the event loop,
 writes the points (deterministic ids, so a replay overwrites rather than duplicates), then
 commits the memory rows, their audit events and the advanced watermark in one
 transaction, guarded by the lease. A near-duplicate of a memory the user already has is
-merged into it (its sources grow) instead of being stored twice.
+merged into it (its sources grow) instead of being stored twice. After each commit the
+requests waiting for the session are woken (`Signals`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import uuid
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +28,7 @@ import numpy as np
 from app.core import terms
 from app.core.audit import AuditEvent
 from app.core.backoff import backoff_seconds
-from app.core.chunking import Chunk, LogMessage, chunk_turns
+from app.core.chunking import Chunk, LogMessage, chunk_turns, embedding_windows
 from app.core.dedupe import (
     ExistingMemory,
     Gain,
@@ -41,6 +47,7 @@ from app.stores import sessions as session_store
 from app.stores.db import Database
 from app.stores.models import Message
 from app.stores.sessions import Claim
+from app.stores.signals import Signals
 from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorPoint
 
 if TYPE_CHECKING:
@@ -59,6 +66,7 @@ class Promoter:
         *,
         owner: str,
         stop: asyncio.Event | None = None,
+        signals: Signals | None = None,
     ) -> None:
         self.db = db
         self.vectors = vectors
@@ -66,6 +74,10 @@ class Promoter:
         self.settings = settings
         self.owner = owner
         self.stop = stop or asyncio.Event()
+        self.signals = signals
+        # The vectors of the lines embedded lately: a slice's context turns were the last
+        # slice's new ones, and a long turn costs tenths of a second to embed again.
+        self.recent_lines = LineCache(512)
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
@@ -110,41 +122,48 @@ class Promoter:
         return datetime.now(UTC) + timedelta(seconds=wait)
 
     async def promote(self, claim: Claim) -> int:
+        """One slice of the session's backlog; returns how many messages it indexed."""
         cursor = claim.indexed_seq
-        done = 0
-        while cursor < claim.last_seq and not self.stop.is_set():
-            upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
-            lookback = context_lookback(self.settings)
-            async with self.db.read() as tx:
-                rows = await message_store.seq_range(
-                    tx,
-                    claim.tenant_id,
-                    claim.session_id,
-                    after_seq=max(0, cursor - lookback),
-                    upto_seq=upto,
-                )
-            log_messages = [log_message(r) for r in rows]
-            context = [m for m in log_messages if m.seq <= cursor]
-            new = [m for m in log_messages if m.seq > cursor]
-            chunks = chunk_turns(
+        if cursor >= claim.last_seq or self.stop.is_set():
+            return 0
+        upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
+        lookback = context_lookback(self.settings)
+        async with self.db.read() as tx:
+            rows = await message_store.seq_range(
+                tx,
                 claim.tenant_id,
-                claim.incarnation,
-                context,
-                new,
-                dense_context=self.settings.dense_context_turns,
-                sparse_context=self.settings.sparse_context_turns,
+                claim.session_id,
+                after_seq=max(0, cursor - lookback),
+                upto_seq=upto,
             )
-            if not await self._write(claim, chunks, cursor, upto):
-                log.info("lease on %s lost; another worker goes on", claim.session_id)
-                return done
-            done += len(new)
-            cursor = upto
-        return done
+        log_messages = [log_message(r) for r in rows]
+        context = [m for m in log_messages if m.seq <= cursor]
+        pending = [m for m in log_messages if m.seq > cursor]
+        new = slice_by_chars(pending, self.settings.worker_slice_chars)
+        # The whole range when it all fits (stepping over any gap in the log), else up to
+        # the last message of the slice.
+        new_upto = upto if len(new) == len(pending) else new[-1].seq
+        chunks = chunk_turns(
+            claim.tenant_id,
+            claim.incarnation,
+            context,
+            new,
+            dense_context=self.settings.dense_context_turns,
+            sparse_context=self.settings.sparse_context_turns,
+        )
+        if not await self._write(claim, chunks, cursor, new_upto):
+            log.info("lease on %s lost; another worker goes on", claim.session_id)
+            return 0
+        if self.signals is not None:
+            await self.signals.indexed(claim.tenant_id, claim.session_id, new_upto)
+        return len(new)
 
     async def _embed(
         self, chunks: list[Chunk]
     ) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
-        return await embed_chunks(self.embedder, chunks, self.settings.dense_context_weight)
+        return await embed_chunks(
+            self.embedder, chunks, self.settings.dense_context_weight, self.recent_lines
+        )
 
     async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
         """Embed, read what exists, plan (pure), then write: the points, then one transaction.
@@ -155,7 +174,11 @@ class Promoter:
         chunks, vectors, turns = await self._embed(chunks)
         done, same_text = await self._existing(claim, chunks)
         plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
-        points = [self._point(claim, memory, turns.get(memory.chunk.id)) for memory in plan.fresh]
+        # Term vectors of long texts take tens of milliseconds each: off the event loop,
+        # which the api shares with an in-process worker.
+        points = await asyncio.to_thread(
+            lambda: [self._point(claim, m, turns.get(m.chunk.id)) for m in plan.fresh]
+        )
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
@@ -315,6 +338,17 @@ class Promoter:
             await self.vectors.delete(ids)
 
 
+def slice_by_chars(messages: list[LogMessage], max_chars: int) -> list[LogMessage]:
+    """The first messages whose contents add up to at most `max_chars` (at least one), so a
+    slice of 32,000-character messages is two of them, not 256."""
+    total = 0
+    for i, m in enumerate(messages):
+        total += len(m.content)
+        if total > max_chars and i > 0:
+            return messages[:i]
+    return messages
+
+
 def context_lookback(settings: Settings) -> int:
     """How many messages before a turn to read for its context: system messages are skipped
     by the chunker, so a little more than the context turns."""
@@ -328,8 +362,36 @@ def log_message(row: Message) -> LogMessage:
     )
 
 
+class LineCache:
+    """The vectors of the last `size` lines embedded, by a digest of their text."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._vectors: OrderedDict[bytes, np.ndarray[Any, Any]] = OrderedDict()
+
+    @staticmethod
+    def _key(line: str) -> bytes:
+        return hashlib.blake2b(line.encode(), digest_size=16).digest()
+
+    def get(self, line: str) -> np.ndarray[Any, Any] | None:
+        key = self._key(line)
+        vector = self._vectors.get(key)
+        if vector is not None:
+            self._vectors.move_to_end(key)
+        return vector
+
+    def put(self, line: str, vector: np.ndarray[Any, Any]) -> None:
+        self._vectors[self._key(line)] = vector
+        self._vectors.move_to_end(self._key(line))
+        while len(self._vectors) > self.size:
+            self._vectors.popitem(last=False)
+
+
 async def embed_chunks(
-    embedder: Embedder, chunks: list[Chunk], context_weight: float
+    embedder: Embedder,
+    chunks: list[Chunk],
+    context_weight: float,
+    cache: LineCache | None = None,
 ) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
     """One embedding per distinct line; a chunk's vector blends in its context's.
 
@@ -340,20 +402,25 @@ async def embed_chunks(
     if not chunks:
         return [], [], {}
     lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
-    by_line: dict[str, np.ndarray[Any, Any]]
+    by_line: dict[str, np.ndarray[Any, Any]] = {}
+    if cache is not None:
+        for line in lines:
+            if (known := cache.get(line)) is not None:
+                by_line[line] = known
+        lines = [line for line in lines if line not in by_line]
     try:
-        vectors = await embedder.embed(lines, bulk=True)
-        by_line = {
-            line: np.asarray(v, dtype=np.float32) for line, v in zip(lines, vectors, strict=True)
-        }
+        fresh = await _embed_lines(embedder, lines) if lines else {}
     except EmbeddingRejected:
-        by_line = {}
+        fresh = {}
         for line in lines:
             try:
-                [one] = await embedder.embed([line], bulk=True)
-                by_line[line] = np.asarray(one, dtype=np.float32)
+                fresh.update(await _embed_lines(embedder, [line]))
             except EmbeddingRejected:
                 log.warning("embedding provider refused a message; it stays unindexed")
+    by_line.update(fresh)
+    if cache is not None:
+        for line, vector in fresh.items():
+            cache.put(line, vector)
     w = context_weight
     kept: list[Chunk] = []
     out: list[list[float]] = []
@@ -370,6 +437,22 @@ async def embed_chunks(
         kept.append(c)
         out.append((v / norm if norm else v).tolist())
     return kept, out, turns
+
+
+async def _embed_lines(embedder: Embedder, lines: list[str]) -> dict[str, np.ndarray[Any, Any]]:
+    """Each line's vector, a long line's as the mean of its windows' (`embedding_windows`)."""
+    windows = [embedding_windows(line) for line in lines]
+    flat = [w for ws in windows for w in ws]
+    vectors = iter(await embedder.embed(flat, bulk=True))
+    by_line: dict[str, np.ndarray[Any, Any]] = {}
+    for line, ws in zip(lines, windows, strict=True):
+        if len(ws) == 1:
+            by_line[line] = np.asarray(next(vectors), dtype=np.float32)
+            continue
+        mean = np.mean([np.asarray(next(vectors), dtype=np.float32) for _ in ws], axis=0)
+        norm = float(np.linalg.norm(mean))
+        by_line[line] = mean / norm if norm else mean
+    return by_line
 
 
 def chunk_point(

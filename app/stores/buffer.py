@@ -9,7 +9,9 @@ the window is rebuilt from the message log when it is missing or behind. The scr
 working memory only: lost, it reads back empty.
 
 Every Redis failure leaves this module as `BufferUnavailable`, so that a caller that can do
-without the buffer catches exactly that, and one that cannot answers a 503.
+without the buffer catches exactly that, and one that cannot answers a 503. Calls have short
+time-outs, and after a failure the `Breaker` skips Redis for a retry window: a frozen Redis
+costs one time-out per window, not one per request.
 """
 
 from __future__ import annotations
@@ -36,21 +38,41 @@ def _scratchpad_key(tenant_id: str, session_id: str) -> str:
     return f"strata:{{{tenant_id}:{session_id}}}:scratchpad"
 
 
-@contextlib.contextmanager
-def _unavailable() -> Iterator[None]:
-    """Redis's errors, and the socket's own that redis-py lets through, as ours."""
-    try:
-        yield
-    except (RedisError, OSError) as exc:  # OSError: ConnectionError, TimeoutError, gaierror
-        # The class only (the message names hosts); the handler logs the cause.
-        raise BufferUnavailable(f"the buffer failed ({type(exc).__name__})") from exc
+class Breaker:
+    """Skips Redis for `retry_seconds` after a failure, so that callers degrade to the log
+    at once instead of each waiting out a time-out; then the next call tries Redis again."""
+
+    def __init__(self, retry_seconds: float) -> None:
+        self.retry_seconds = retry_seconds
+        self._skip_until = 0.0
+
+    @property
+    def open(self) -> bool:
+        """True while Redis is being skipped."""
+        return time.monotonic() < self._skip_until
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Redis's errors, and the socket's own that redis-py lets through, as ours."""
+        if self.open:
+            raise BufferUnavailable("the buffer is skipped after a failure; retrying soon")
+        try:
+            yield
+        except (RedisError, OSError) as exc:  # OSError: ConnectionError, TimeoutError, gaierror
+            self._skip_until = time.monotonic() + self.retry_seconds
+            # The class only (the message names hosts); the handler logs the cause.
+            raise BufferUnavailable(f"the buffer failed ({type(exc).__name__})") from exc
 
 
 class Buffer:
-    def __init__(self, redis: Redis, *, window: int, ttl_seconds: int) -> None:
+    def __init__(
+        self, redis: Redis, *, window: int, ttl_seconds: int, breaker: Breaker | None = None
+    ) -> None:
         self.redis = redis
         self.window = window
         self.ttl = ttl_seconds
+        self.breaker = breaker or Breaker(0.0)
+        self._unavailable = self.breaker.guard
 
     async def push(
         self,
@@ -66,7 +88,7 @@ class Buffer:
             return
         key = _window_key(tenant_id, session_id)
         mapping: dict[bytes, float] = {orjson.dumps(m): m["seq"] for m in messages[-self.window :]}
-        with _unavailable():
+        with self._unavailable():
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.zadd(key, mapping)
                 pipe.zremrangebyrank(key, 0, -(self.window + 1))
@@ -81,7 +103,7 @@ class Buffer:
     ) -> None:
         """Rebuild the window from the log."""
         key = _window_key(tenant_id, session_id)
-        with _unavailable():
+        with self._unavailable():
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.delete(key)
                 if messages:
@@ -93,7 +115,7 @@ class Buffer:
     async def recent(self, tenant_id: str, session_id: str, n: int) -> list[dict[str, Any]]:
         """Up to `n` newest messages, oldest first; refreshes the TTL (activity)."""
         key = _window_key(tenant_id, session_id)
-        with _unavailable():
+        with self._unavailable():
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zrange(key, -n, -1)
                 pipe.expire(key, self.ttl)
@@ -103,7 +125,7 @@ class Buffer:
 
     async def drop(self, tenant_id: str, session_id: str) -> None:
         """The session's window and scratchpad."""
-        with _unavailable():
+        with self._unavailable():
             await self.redis.delete(
                 _window_key(tenant_id, session_id), _scratchpad_key(tenant_id, session_id)
             )
@@ -111,7 +133,7 @@ class Buffer:
     async def read_scratchpad(self, tenant_id: str, session_id: str) -> bytes | None:
         """The scratchpad as stored (None when there is none); refreshes the session's TTL."""
         key = _scratchpad_key(tenant_id, session_id)
-        with _unavailable():
+        with self._unavailable():
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(key)
                 pipe.expire(key, self.ttl)
@@ -121,53 +143,21 @@ class Buffer:
 
     async def write_scratchpad(self, tenant_id: str, session_id: str, value: bytes) -> None:
         """Replace the scratchpad, with the session's TTL (refreshing the window's too)."""
-        with _unavailable():
+        with self._unavailable():
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.set(_scratchpad_key(tenant_id, session_id), value, ex=self.ttl)
                 pipe.expire(_window_key(tenant_id, session_id), self.ttl)
                 await pipe.execute()
 
     async def drop_scratchpad(self, tenant_id: str, session_id: str) -> None:
-        with _unavailable():
+        with self._unavailable():
             await self.redis.delete(_scratchpad_key(tenant_id, session_id))
-
-    def wake_listener(self) -> WakeListener:
-        return WakeListener(self.redis)
 
     async def ping(self) -> float:
         start = time.perf_counter()
-        with _unavailable():
+        with self._unavailable():
             await self.redis.ping()
         return (time.perf_counter() - start) * 1000
 
     async def close(self) -> None:
         await self.redis.aclose()
-
-
-class WakeListener:
-    """A worker's standing subscription to ingest wake-ups."""
-
-    def __init__(self, redis: Redis) -> None:
-        self._pubsub = redis.pubsub()
-        self._subscribed = False
-
-    async def wait(self, timeout: float) -> None:
-        """Return on the next wake-up or after `timeout`; a missed wake only delays work."""
-        with _unavailable():
-            await self._wait(timeout)
-
-    async def _wait(self, timeout: float) -> None:
-        if not self._subscribed:
-            await self._pubsub.subscribe(WAKE_CHANNEL)
-            self._subscribed = True
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            msg = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
-            if msg is not None:
-                # Drain the burst so that N wakes cost one pass.
-                while await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
-                    pass
-                return
-
-    async def close(self) -> None:
-        await self._pubsub.aclose()  # type: ignore[no-untyped-call]

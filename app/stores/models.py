@@ -88,6 +88,8 @@ class User(Base):
     id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     profile: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     max_access_count: Mapped[int] = mapped_column(sa.Integer(), default=0)
+    # When promotion last took a slice of this user's backlog (fair turns across users).
+    promoted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
@@ -107,6 +109,8 @@ class Session(Base):
     # `promote_retry_at` instead of being retried on every pass.
     promote_failures: Mapped[int] = mapped_column(sa.Integer(), default=0, server_default="0")
     promote_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # When promotion last took a slice of this session (fair turns across sessions).
+    promoted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -120,6 +124,16 @@ class Session(Base):
             sqlite_where=sa.text("last_seq > indexed_seq"),
         ),
     )
+
+
+class WorkerHeartbeat(Base):
+    """A running worker's last sign of life, written after its passes; read by `/readyz`."""
+
+    __tablename__ = "worker_heartbeats"
+
+    owner: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    beat_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
 
 
 class Message(Base):

@@ -124,7 +124,10 @@ class Claim:
 async def claim_backlog(
     tx: AsyncSession, *, owner: str, now: datetime, lease_until: datetime, limit: int
 ) -> list[Claim]:
-    """Lease up to `limit` sessions whose log is ahead of their index.
+    """Lease up to `limit` sessions whose log is ahead of their index, one per user, the
+    least recently served first: users by `users.promoted_at`, then their sessions by
+    `sessions.promoted_at` (never served first). Claiming stamps both, so a user with a
+    huge backlog goes to the back after each slice, behind everyone else (round robin).
 
     SKIP LOCKED lets N workers share the backlog without waiting on one another; an expired
     lease (a crashed worker) is taken over. SQLite ignores the locking clause, and needs none:
@@ -132,7 +135,8 @@ async def claim_backlog(
     failed waits out its backoff (`promote_retry_at`), so it cannot hold up the others.
     """
     pending = (
-        sa.select(Session.tenant_id, Session.id)
+        sa.select(Session.tenant_id, Session.id, Session.user_id)
+        .outerjoin(User, sa.and_(User.tenant_id == Session.tenant_id, User.id == Session.user_id))
         .where(
             Session.last_seq > Session.indexed_seq,
             sa.or_(Session.promote_retry_at.is_(None), Session.promote_retry_at <= now),
@@ -142,26 +146,40 @@ async def claim_backlog(
                 Session.lease_owner == owner,
             ),
         )
-        .order_by(Session.updated_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+        .order_by(
+            User.promoted_at.asc().nulls_first(),
+            Session.promoted_at.asc().nulls_first(),
+            Session.updated_at,
+        )
+        # Several candidates per slot: one user's many sessions must not fill the pass.
+        .limit(limit * 4)
+        .with_for_update(of=Session, skip_locked=True)
     )
-    keys = (await tx.execute(pending)).all()
+    chosen: list[tuple[str, str, str]] = []
+    users: set[tuple[str, str]] = set()
+    for tenant_id, session_id, user_id in (await tx.execute(pending)).all():
+        if (tenant_id, user_id) not in users and len(chosen) < limit:
+            users.add((tenant_id, user_id))
+            chosen.append((tenant_id, session_id, user_id))
     claims: list[Claim] = []
-    for tenant_id, session_id in keys:
+    for tenant_id, session_id, user_id in chosen:
         result = await tx.execute(
             sa.update(Session)
             .where(Session.tenant_id == tenant_id, Session.id == session_id)
-            .values(lease_owner=owner, lease_expires_at=lease_until)
+            .values(lease_owner=owner, lease_expires_at=lease_until, promoted_at=now)
             .returning(
-                Session.user_id,
                 Session.indexed_seq,
                 Session.last_seq,
                 Session.created_at,
                 Session.promote_failures,
             )
         )
-        user_id, indexed_seq, last_seq, created_at, failures = result.one()
+        indexed_seq, last_seq, created_at, failures = result.one()
+        await tx.execute(
+            sa.update(User)
+            .where(User.tenant_id == tenant_id, User.id == user_id)
+            .values(promoted_at=now)
+        )
         claims.append(
             Claim(
                 tenant_id,
@@ -244,3 +262,21 @@ async def backlog_exists(tx: AsyncSession) -> bool:
         sa.select(sa.literal(1)).where(Session.last_seq > Session.indexed_seq).limit(1)
     )
     return result.first() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexLag:
+    messages: int  # in the log, not yet indexed
+    sessions: int  # sessions with such messages
+
+
+async def index_lag(tx: AsyncSession) -> IndexLag:
+    """Across every tenant: an operator's figure (`/readyz`), never shown to a tenant."""
+    result = await tx.execute(
+        sa.select(
+            sa.func.coalesce(sa.func.sum(Session.last_seq - Session.indexed_seq), 0),
+            sa.func.count(),
+        ).where(Session.last_seq > Session.indexed_seq)
+    )
+    messages, sessions = result.one()
+    return IndexLag(int(messages), int(sessions))

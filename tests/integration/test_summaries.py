@@ -318,7 +318,13 @@ async def test_llm_summaries_are_used_and_fall_back(
 ) -> None:
     url, answers, prompts = llm_stub
     settings = embedded_settings(
-        tmp_path, llm_url=url, llm_model="stub", llm_max_attempts=1, worker_in_process=False
+        tmp_path,
+        llm_url=url,
+        llm_model="stub",
+        llm_max_attempts=1,
+        # No worker, so no job consumes the stub's answers (not Edge: its shard needs one).
+        worker_in_process=False,
+        qdrant_url=":memory:",
     )
     async with start_app(settings) as running:
         app: Running = running

@@ -158,7 +158,8 @@ async def test_a_reused_session_id_is_indexed_afresh(idle_app: Running) -> None:
 
 
 async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Running) -> None:
-    bad, good, user = "s-backoff-bad", "s-backoff-good", "u-backoff"
+    # Two users: a pass takes one session per user (the other user's turn comes first).
+    bad, good, user, other = "s-backoff-bad", "s-backoff-good", "u-backoff", "u-backoff-2"
     asked: list[str] = []
     provider_down_for = ["POISON"]
 
@@ -191,7 +192,7 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
         return row
 
     await post_messages(idle_app, bad, user, [turn("POISON pill")], wait=False)
-    await post_messages(idle_app, good, user, [turn("fine 1")], wait=False)
+    await post_messages(idle_app, good, other, [turn("fine 1")], wait=False)
     assert await promoter.run_once() == 1
     failed = await session(bad)
     assert failed.promote_failures == 1
@@ -201,7 +202,7 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
 
     # Before its retry time the failing session is skipped; the other goes on.
     asked.clear()
-    await post_messages(idle_app, good, user, [turn("fine 2")], wait=False)
+    await post_messages(idle_app, good, other, [turn("fine 2")], wait=False)
     assert await promoter.run_once() == 1
     assert (await session(good)).indexed_seq == 2
     assert not any("POISON" in t for t in asked)

@@ -71,3 +71,18 @@ def test_heuristic_importance_ranks_durable_facts_above_chatter() -> None:
     chinese = heuristic_importance("我对花生过敏，请记住。")
     assert 0 <= chatter < fact <= 1
     assert chinese > chatter
+
+
+def test_a_long_text_is_embedded_as_windows_spread_over_it() -> None:
+    from app.core.chunking import embedding_windows
+
+    assert embedding_windows("short text") == ["short text"]
+    exact = "x" * 2_000
+    assert embedding_windows(exact) == [exact]
+    text = "".join(f"{i:05d}" for i in range(6_400))  # 32,000 characters
+    windows = embedding_windows(text)
+    assert len(windows) == 4
+    assert all(len(w) == 2_000 for w in windows)
+    assert windows[0] == text[:2_000]
+    assert windows[-1] == text[-2_000:]  # the end is read too, not only the start
+    assert embedding_windows("y" * 2_500) == ["y" * 2_000, "y" * 2_000]

@@ -1,0 +1,135 @@
+"""Wake-ups between ingest and the worker: "work arrived" (ingest → worker) and "a session is
+indexed up to seq" (worker → the requests waiting for it).
+
+Within one process they are asyncio events, set at once. Across processes (the full stack:
+api processes and separate workers) they also travel over Redis pub/sub: each process keeps
+one subscription and sets its local events from it. A lost signal only delays: the worker
+polls the log for backlog and a waiting request re-reads its watermark now and then, so
+Redis down costs latency, never correctness. Publishing goes through the buffer's
+`Breaker`, so a frozen Redis is skipped like everywhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+
+from redis.asyncio import Redis
+
+from app.errors import BufferUnavailable
+from app.stores.buffer import WAKE_CHANNEL, Breaker
+
+INDEXED_CHANNEL = "strata:indexed"
+_SEP = "\x1f"
+
+log = logging.getLogger("strata.signals")
+
+
+class Watch:
+    """One waiting request's view of a session's index: woken on each advance."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> None:
+        """Until the session's index advanced (since the last wait) or `timeout`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+        self._event.clear()
+
+
+class Signals:
+    """The process's hub of wake-ups; `redis` is None when everything runs in one process
+    (embedded), then nothing is published or subscribed."""
+
+    def __init__(self, redis: Redis | None, breaker: Breaker) -> None:
+        self.redis = redis
+        self.breaker = breaker
+        self.work = asyncio.Event()  # set when messages arrived; the worker clears it
+        self._watches: dict[tuple[str, str], set[Watch]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # Local side.
+
+    def work_arrived(self) -> None:
+        self.work.set()
+
+    @contextlib.contextmanager
+    def watch(self, tenant_id: str, session_id: str) -> Iterator[Watch]:
+        """Register before reading the watermark, so that no advance falls in between."""
+        key = (tenant_id, session_id)
+        watch = Watch()
+        self._watches.setdefault(key, set()).add(watch)
+        try:
+            yield watch
+        finally:
+            watches = self._watches.get(key)
+            if watches is not None:
+                watches.discard(watch)
+                if not watches:
+                    del self._watches[key]
+
+    def _advanced(self, tenant_id: str, session_id: str) -> None:
+        for watch in self._watches.get((tenant_id, session_id), ()):
+            watch._wake()
+
+    # Across processes.
+
+    async def indexed(self, tenant_id: str, session_id: str, seq: int) -> None:
+        """The worker committed the session's watermark at `seq`: wake its waiters here and
+        in the other processes. Never raises: a lost signal only delays a waiter."""
+        self._advanced(tenant_id, session_id)
+        if self.redis is None:
+            return
+        try:
+            with self.breaker.guard():
+                await self.redis.publish(
+                    INDEXED_CHANNEL, f"{tenant_id}{_SEP}{session_id}{_SEP}{seq}".encode()
+                )
+        except BufferUnavailable:
+            log.debug("could not publish an index advance", exc_info=True)
+
+    def start(self) -> None:
+        """Subscribe (in the background) to the other processes' signals."""
+        if self.redis is not None and self._task is None:
+            self._task = asyncio.create_task(self._listen(self.redis), name="strata-signals")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _listen(self, redis: Redis) -> None:
+        while True:
+            pubsub = redis.pubsub()
+            try:
+                await pubsub.subscribe(WAKE_CHANNEL, INDEXED_CHANNEL)
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+                    if message is not None:
+                        self._dispatch(message["channel"], message["data"])
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis down or frozen: the polls cover; resubscribe later
+                log.debug("signal subscription failed; retrying", exc_info=True)
+                await asyncio.sleep(max(1.0, self.breaker.retry_seconds))
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _dispatch(self, channel: bytes | str, data: bytes | str) -> None:
+        channel = channel.decode() if isinstance(channel, bytes) else channel
+        if channel == WAKE_CHANNEL:
+            self.work.set()
+            return
+        text = data.decode() if isinstance(data, bytes) else data
+        parts = text.split(_SEP)
+        if len(parts) == 3:
+            self._advanced(parts[0], parts[1])

@@ -1,0 +1,117 @@
+"""Fair background work: promotion takes bounded slices and serves users in turns, so one
+user's huge import cannot hold back another user's `wait=true`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.stores import sessions as session_store
+from app.wiring import build_promoter
+from tests.conftest import Running, embedded_settings, full_settings, post_messages, turn
+
+
+@pytest.fixture
+async def idle_app(
+    pg_databases: Callable[[], Awaitable[str]], start_app: Callable[..., Any]
+) -> AsyncIterator[Running]:
+    """PostgreSQL + Redis with no worker running: the test drives promotion itself."""
+    settings = full_settings(
+        await pg_databases(), worker_in_process=False, worker_slice_chars=5_000
+    )
+    async with start_app(settings) as running:
+        yield running
+
+
+async def watermarks(running: Running, *sessions: str) -> list[int]:
+    async with running.resources.db.read() as tx:
+        return [await session_store.indexed_seq(tx, "default", s) or 0 for s in sessions]
+
+
+def long_turn(i: int, chars: int) -> dict[str, Any]:
+    text = f"imported page {i}: " + " ".join(f"word{i}x{j}" for j in range(chars // 10))
+    return turn(text[:chars], id=f"p{i}")
+
+
+async def test_a_pass_takes_a_bounded_slice_of_a_big_backlog_and_serves_the_other_user(
+    idle_app: Running,
+) -> None:
+    await post_messages(
+        idle_app, "big-import", "alice", [long_turn(i, 3_000) for i in range(20)], wait=False
+    )
+    await post_messages(idle_app, "small", "bob", [turn("my locker code is 4417")], wait=False)
+    promoter = build_promoter(idle_app.resources, "w")
+    # One pass: 3,000 + 3,000 characters is over the 5,000 of a slice, so one page of
+    # alice's; bob's message in the same pass.
+    assert await promoter.run_once() == 2
+    assert await watermarks(idle_app, "big-import", "small") == [1, 1]
+
+
+async def test_users_take_turns_whatever_their_number_of_sessions(idle_app: Running) -> None:
+    for s in range(3):
+        await post_messages(
+            idle_app, f"many-{s}", "carol", [long_turn(i, 3_000) for i in range(4)], wait=False
+        )
+    await post_messages(idle_app, "one", "dave", [turn("dave's only note")], wait=False)
+    promoter = build_promoter(idle_app.resources, "w")
+    served: list[str] = []
+    for _ in range(4):
+        before = await watermarks(idle_app, "many-0", "many-1", "many-2", "one")
+        assert await promoter.run_once(max_sessions=1) == 1
+        after = await watermarks(idle_app, "many-0", "many-1", "many-2", "one")
+        [moved] = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if b > a]
+        served.append("dave" if moved == 3 else f"carol/{moved}")
+    # carol's sessions were first in line, but dave's turn comes right after one slice,
+    # and carol's sessions then take turns among themselves.
+    assert served[:2] == ["carol/0", "dave"]
+    assert served[2:] == ["carol/1", "carol/2"]
+
+
+async def test_a_wait_of_another_user_is_answered_while_a_big_import_is_promoted(
+    start_app: Callable[..., Any], tmp_path: Path
+) -> None:
+    """With the in-process worker and the real model: bob's one-message `wait=true` is
+    indexed while alice's backlog (one page per slice) is still far from done."""
+    settings = embedded_settings(tmp_path, worker_slice_chars=2_000)
+    async with start_app(settings) as app:
+        pages = [long_turn(i, 1_500) for i in range(200)]
+        await post_messages(app, "import", "alice", pages, wait=False)
+        answer = await post_messages(app, "chat", "bob", [turn("I parked on level 3")])
+        assert answer["indexed_seq"] == 1
+        [alice] = await watermarks(app, "import")
+        assert alice < 200  # bob did not wait for alice's import
+        listed = await app.client.get("/v1/sessions/import", params={"user_id": "alice"})
+        assert listed.json()["last_seq"] == 200
+        # The bulk-import path: one wait on the watermark, answered when all is indexed.
+        waited = await app.client.get(
+            "/v1/sessions/import", params={"user_id": "alice", "wait": "true"}
+        )
+        assert waited.status_code == 200
+        assert waited.json()["indexed_seq"] == 200
+        memories = await app.client.get("/v1/memories", params={"user_id": "alice", "limit": 200})
+        assert len(memories.json()["items"]) == 200
+
+
+@pytest.mark.parametrize("mode", ["embedded", "full"])
+async def test_a_wait_is_ended_by_the_workers_signal(
+    mode: str,
+    start_app: Callable[..., Any],
+    tmp_path: Path,
+    pg_databases: Callable[[], Awaitable[str]],
+) -> None:
+    """With the watermark never re-read while waiting (`wait_poll_seconds` beyond the
+    wait's time-out), each `wait=true` can only end indexed if the worker woke it."""
+    quiet = {"wait_poll_seconds": 600, "wait_timeout_seconds": 120}
+    settings = (
+        embedded_settings(tmp_path, **quiet)
+        if mode == "embedded"
+        else full_settings(await pg_databases(), **quiet)
+    )
+    async with start_app(settings) as app:
+        for batch in range(5):
+            messages = [turn(f"batch {batch} fact {i}", id=f"b{batch}m{i}") for i in range(10)]
+            answer = await post_messages(app, "waited", "erin", messages)
+            assert answer["indexed_seq"] == answer["last_seq"] == (batch + 1) * 10
