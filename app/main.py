@@ -24,6 +24,7 @@ from app.api import (
     rewrite,
     scratchpad,
     summaries,
+    users,
 )
 from app.api import errors as api_errors
 from app.resources import Resources, open_resources
@@ -81,6 +82,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     api_errors.install(app)
-    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
+    for module in (
+        health,
+        ingest,
+        scratchpad,
+        memories,
+        recall,
+        rewrite,
+        context,
+        summaries,
+        users,
+        jobs,
+    ):
         app.include_router(module.router)
     return app

@@ -24,6 +24,7 @@ from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import MinRelevance, NewerFactsFirst
 from app.services.summaries import SummaryService
+from app.services.users import ErasureService, ExportService, UserSections
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,8 @@ class Services:
     rewrite: RewriteService
     scratchpad: ScratchpadService
     summaries: SummaryService
+    export: ExportService
+    erasure: ErasureService
 
 
 def build_services(resources: Resources) -> Services:
@@ -74,6 +77,20 @@ def build_services(resources: Resources) -> Services:
         rewrite=rewrite,
         scratchpad=scratchpad,
         summaries=summaries,
+        # Sections of the export, in order: a feature holding user data adds its own here.
+        export=ExportService(r.db, UserSections(r.db, r.buffer).all()),
+        erasure=build_erasure(resources),
+    )
+
+
+def build_erasure(resources: Resources) -> ErasureService:
+    r = resources
+    return ErasureService(
+        r.db,
+        r.buffer,
+        r.vectors,
+        max_attempts=r.settings.job_max_attempts,
+        wait_seconds=r.settings.erasure_wait_seconds,
     )
 
 

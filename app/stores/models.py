@@ -78,6 +78,10 @@ class User(Base):
     profile: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     max_access_count: Mapped[int] = mapped_column(sa.Integer(), default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Set while the user is being erased (docs/privacy.md): the erasure job's id and its
+    # running counts, written in the same transaction as each batch it deletes. Ingest for
+    # the user is refused while it is set; the row itself goes last.
+    erasure: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
 
 class Session(Base):
