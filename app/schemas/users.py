@@ -74,7 +74,9 @@ class ExportedSession(BaseModel):
 class ExportedBuffer(BaseModel):
     session_id: str
     window: list[dict[str, Any]] = Field(description="the recent window held in Redis")
-    scratchpad: dict[str, Any] | None = Field(description="the working memory, if any")
+    scratchpad: dict[str, Any] | None = Field(
+        description="the working memory as stored (`data`, `updated_at`), if any"
+    )
 
 
 class ExportedEvent(BaseModel):

@@ -36,6 +36,7 @@ from app.stores.vectors import VectorIndex
 
 ERASE_USER = "erase_user"
 EXPORT_FORMAT = 1
+BLOCK = 64 * 1024
 
 Chunks = AsyncIterator[bytes]
 
@@ -51,7 +52,8 @@ class ExportSection:
 
 
 def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    # `default=str`: asyncpg hands back UUIDs of its own type, which orjson does not know.
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
 
 
 async def _array(items: AsyncIterator[Any]) -> Chunks:
@@ -205,20 +207,16 @@ class UserSections:
             after = rows[-1].seq
 
     async def sessions(self, tenant_id: str, user_id: str) -> Chunks:
-        async def each() -> AsyncIterator[bytes]:
-            async for row in self._each_session(tenant_id, user_id):
-                # The head's closing brace gives way to the streamed `messages` array.
-                parts = [_dumps(_session_head(row))[:-1], b',"messages":']
-                async for chunk in _array(self._messages(tenant_id, row.id)):
-                    parts.append(chunk)
-                    if len(parts) >= 64:
-                        yield b"".join(parts)
-                        parts = []
-                parts.append(b"}")
-                yield b"".join(parts)
-
-        async for chunk in _array(each()):
-            yield chunk
+        yield b"["
+        first = True
+        async for row in self._each_session(tenant_id, user_id):
+            # The head's closing brace gives way to the streamed `messages` array.
+            yield (b"" if first else b",") + _dumps(_session_head(row))[:-1] + b',"messages":'
+            first = False
+            async for chunk in _array(self._messages(tenant_id, row.id)):
+                yield chunk
+            yield b"}"
+        yield b"]"
 
     async def buffers(self, tenant_id: str, user_id: str) -> Chunks:
         async def each() -> AsyncIterator[dict[str, Any]]:
@@ -309,6 +307,20 @@ class ExportService:
         return self._document(tenant_id, user_id)
 
     async def _document(self, tenant_id: str, user_id: str) -> Chunks:
+        """The sections' pieces, gathered into blocks of about `BLOCK` bytes: one send
+        per block, not one per message."""
+        block: list[bytes] = []
+        size = 0
+        async for piece in self._pieces(tenant_id, user_id):
+            block.append(piece)
+            size += len(piece)
+            if size >= BLOCK:
+                yield b"".join(block)
+                block, size = [], 0
+        if block:
+            yield b"".join(block)
+
+    async def _pieces(self, tenant_id: str, user_id: str) -> Chunks:
         head = {
             "format": EXPORT_FORMAT,
             "user_id": user_id,
