@@ -146,7 +146,8 @@ async def test_erasure_removes_everything_and_answers_a_receipt(
     await seed(running, user, session)
     await post_messages(running, other_session, other, [turn("I moved to Lisbon too.")])
     before = await held(running, user)
-    assert before["messages"] == 3 and before["index_points"] >= 3
+    assert before["messages"] == 3
+    assert before["index_points"] >= 3
     memory_ids = [m["id"] for m in (await export(running, user))["memories"]]
 
     resp = await running.client.delete(f"/v1/users/{user}")
@@ -200,7 +201,8 @@ async def test_erasure_removes_everything_and_answers_a_receipt(
     job = await running.client.get(f"/v1/jobs/{receipt['job_id']}")
     assert job.json()["state"] == "succeeded"
     assert job.json()["result"]["counts"] == counts
-    assert "Lisbon" not in job.text and "peanuts" not in job.text
+    assert "Lisbon" not in job.text
+    assert "peanuts" not in job.text
 
     # Idempotent: again, a 200 with nothing to count.
     again = await running.client.delete(f"/v1/users/{user}")
@@ -215,7 +217,8 @@ async def test_erasure_removes_everything_and_answers_a_receipt(
         f"/v1/sessions/{fresh}/context", json={"user_id": user, "token_budget": 2000}
     )
     assert ctx.status_code == 200, ctx.text
-    assert "Lisbon" not in ctx.text and "peanuts" not in ctx.text
+    assert "Lisbon" not in ctx.text
+    assert "peanuts" not in ctx.text
 
 
 async def test_while_erasing_writes_are_refused_and_export_is_404(
@@ -308,7 +311,8 @@ async def test_ingest_racing_an_erasure_leaves_no_rows_behind(
     assert resp.json()["counts"]["messages"] >= 5
     # The writers ran on through the erasure: some were refused (the mark is set before
     # the job can start), and some stored before it.
-    assert refused > 0 and stored
+    assert refused > 0
+    assert stored
 
     # What is left was written after the erasure ended, for a user seen anew: never a row
     # of a user that is gone, and never a refused message.
