@@ -30,16 +30,16 @@ async def held(running: Running, user: str) -> dict[str, int]:
     """Rows of the user in every table, and their points in the index."""
     counts: dict[str, int] = {}
     async with running.resources.db.read() as tx:
-        for name, model in (
-            ("users", User),
-            ("sessions", Session),
-            ("messages", Message),
-            ("memories", Memory),
-            ("memory_events", MemoryEvent),
-            ("summaries", Summary),
-        ):
-            column = model.id if model is User else model.user_id  # type: ignore[attr-defined]
-            stmt = sa.select(sa.func.count()).select_from(model).where(column == user)
+        columns: list[tuple[str, Any]] = [
+            ("users", User.id),
+            ("sessions", Session.user_id),
+            ("messages", Message.user_id),
+            ("memories", Memory.user_id),
+            ("memory_events", MemoryEvent.user_id),
+            ("summaries", Summary.user_id),
+        ]
+        for name, column in columns:
+            stmt = sa.select(sa.func.count()).where(column == user)
             counts[name] = int((await tx.execute(stmt)).scalar_one())
         jobs = sa.select(sa.func.count()).where(
             Job.payload["user_id"].as_string() == user, Job.kind != "erase_user"
