@@ -46,7 +46,8 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    assert settings.redis_url is not None and settings.qdrant_url is not None
+    assert settings.redis_url is not None
+    assert settings.qdrant_url is not None
     db = Database(create_engine(settings.database_dsn))
     buffer = Buffer(
         Redis.from_url(settings.redis_url.get_secret_value()), window=50, ttl_seconds=600
