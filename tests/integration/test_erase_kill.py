@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -125,7 +126,7 @@ async def seed(db: Database, buffer: Buffer, vectors: QdrantServerIndex, user: s
                     metadata={},
                     now=now,
                 )
-                rows = [
+                rows: list[dict[str, Any]] = [
                     {
                         "tenant_id": TENANT,
                         "session_id": sid,
@@ -260,12 +261,12 @@ async def test_an_erasure_killed_half_way_finishes_on_another_worker(
     assert counts["index_points"] == memories
 
     async with db.read() as tx:
-        for model in (Session, Message, Memory, MemoryEvent):
-            column = model.user_id  # type: ignore[attr-defined]
+        columns: list[Any] = [Session.user_id, Message.user_id, Memory.user_id, MemoryEvent.user_id]
+        for column in columns:
             left = await tx.execute(sa.select(sa.func.count()).where(column == user))
-            assert left.scalar_one() == 0, model.__name__
+            assert left.scalar_one() == 0, column
             kept = await tx.execute(sa.select(sa.func.count()).where(column == "bystander"))
-            assert kept.scalar_one() > 0, model.__name__
+            assert kept.scalar_one() > 0, column
         assert await user_store.get(tx, TENANT, user) is None
     assert await redis.exists(*(_window_key(TENANT, f"{user}-s{s}") for s in range(SESSIONS))) == 0
     assert await redis.exists(_window_key(TENANT, "bystander-s0")) == 1
