@@ -47,6 +47,18 @@ async def ensure_writable(
     return erasure
 
 
+async def live_for_write(tx: AsyncSession, tenant_id: str, user_id: str) -> bool:
+    """Whether the user exists and is not being erased, read FOR SHARE (as
+    `ensure_writable`, without creating the user): for writers other than ingest."""
+    stmt = (
+        sa.select(User.erasure)
+        .where(User.tenant_id == tenant_id, User.id == user_id)
+        .with_for_update(read=True)
+    )
+    row = (await tx.execute(stmt)).first()
+    return row is not None and row.erasure is None
+
+
 async def set_erasure(
     tx: AsyncSession, tenant_id: str, user_id: str, erasure: dict[str, Any]
 ) -> None:

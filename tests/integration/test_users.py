@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -334,3 +335,50 @@ async def test_ingest_racing_an_erasure_leaves_no_rows_behind(
     assert (await running.client.delete(f"/v1/users/{user}")).status_code == 200
     await asyncio.sleep(0)
     assert (await held(running, user))["messages"] == 0
+
+
+async def test_summaries_and_jobs_are_exported_then_erased(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    day = datetime.now(UTC).date() - timedelta(days=2)
+    await post_messages(
+        running,
+        session,
+        user,
+        [turn("I planted tomatoes in the garden.", created_at=f"{day.isoformat()}T12:00:00Z")],
+    )
+    summaries = running.state["services"].summaries
+    assert (await summaries.summarize("default", user, "daily", day)).summary is not None
+    job_id, _, _ = await summaries.enqueue("default", user, "weekly", day)  # a job about them
+
+    doc = await export(running, user)
+    assert "daily" in [s["level"] for s in doc["summaries"]]
+    assert str(job_id) in [j["id"] for j in doc["jobs"]]
+
+    resp = await running.client.delete(f"/v1/users/{user}")
+    assert resp.status_code == 200, resp.text
+    counts = resp.json()["counts"]
+    assert counts["summaries"] >= 1
+    assert counts["jobs"] >= 1
+    assert set((await held(running, user)).values()) == {0}
+
+
+async def test_no_summary_is_written_for_a_user_being_erased(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user, session = ids("user"), ids("session")
+    day = datetime.now(UTC).date() - timedelta(days=2)
+    await post_messages(
+        running,
+        session,
+        user,
+        [turn("I repaired the fence.", created_at=f"{day.isoformat()}T09:00:00Z")],
+    )
+    async with running.resources.db.transaction() as tx:
+        await user_store.set_erasure(tx, "default", user, {"job_id": str(uuid.uuid4())})
+    outcome = await running.state["services"].summaries.summarize("default", user, "daily", day)
+    assert outcome.summary is None
+    counts = await held(running, user)
+    assert counts["summaries"] == 0
+    assert counts["index_points"] == 1  # the message's memory, and no summary's point
