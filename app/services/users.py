@@ -406,7 +406,9 @@ class ErasureService:
             max_attempts=self.max_attempts,
             now=now,
         )
-        erasure = {"job_id": str(job.id), "started_at": now.isoformat(), "counts": {}}
+        # Counts of an earlier job whose row is gone (purged by hand) carry over.
+        counts = (user.erasure or {}).get("counts") or {}
+        erasure = {"job_id": str(job.id), "started_at": now.isoformat(), "counts": counts}
         await user_store.set_erasure(tx, user.tenant_id, user.id, erasure)
         return job
 
