@@ -31,7 +31,8 @@ from app.stores import jobs as job_store
 from app.stores import users as user_store
 from app.stores.buffer import Buffer
 from app.stores.db import Database
-from app.stores.models import Job, Memory, MemoryEvent, Message, Session, Summary, User
+from app.stores.models import Job, Session, Summary, User
+from app.stores.users import Row
 from app.stores.vectors import VectorIndex
 
 ERASE_USER = "erase_user"
@@ -68,7 +69,7 @@ async def _array(items: AsyncIterator[Any]) -> Chunks:
     yield b"]"
 
 
-def _message(row: Message) -> dict[str, Any]:
+def _message(row: Row) -> dict[str, Any]:
     return {
         "seq": row.seq,
         "id": row.client_id,
@@ -76,11 +77,11 @@ def _message(row: Message) -> dict[str, Any]:
         "content": row.content,
         "created_at": row.created_at,
         "received_at": row.received_at,
-        "metadata": row.metadata_,
+        "metadata": row.metadata,
     }
 
 
-def _event(row: MemoryEvent) -> dict[str, Any]:
+def _event(row: Row) -> dict[str, Any]:
     return {
         "id": row.id,
         "event": row.event,
@@ -91,7 +92,7 @@ def _event(row: MemoryEvent) -> dict[str, Any]:
     }
 
 
-def _memory(row: Memory, history: list[dict[str, Any]]) -> dict[str, Any]:
+def _memory(row: Row, history: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "id": row.id,
         "session_id": row.session_id,
@@ -106,7 +107,7 @@ def _memory(row: Memory, history: list[dict[str, Any]]) -> dict[str, Any]:
         "valid_to": row.valid_to,
         "superseded_by": row.superseded_by,
         "sources": row.sources,
-        "metadata": row.metadata_,
+        "metadata": row.metadata,
         "created_at": row.created_at,
         "updated_at": row.updated_at,
         "deleted_at": row.deleted_at,
@@ -235,7 +236,7 @@ class UserSections:
 
     async def memories(self, tenant_id: str, user_id: str) -> Chunks:
         async def each() -> AsyncIterator[dict[str, Any]]:
-            after: uuid.UUID | None = None
+            after: tuple[datetime, uuid.UUID] | None = None
             while True:
                 async with self.db.read() as tx:
                     rows = await user_store.memories_page(
@@ -249,7 +250,7 @@ class UserSections:
                     yield _memory(row, history.get(row.id, []))
                 if len(rows) < self.page:
                     return
-                after = rows[-1].id
+                after = (rows[-1].created_at, rows[-1].id)
 
         async for chunk in _array(each()):
             yield chunk

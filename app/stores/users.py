@@ -18,6 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.stores.models import Job, Memory, MemoryEvent, Message, Session, Summary, User
 from app.stores.sessions import ensure_user
 
+Row = sa.Row[Any]  # a plain row, columns by their SQL names (`metadata`, not `metadata_`)
+
 
 async def get(
     tx: AsyncSession, tenant_id: str, user_id: str, *, for_update: bool = False
@@ -107,19 +109,21 @@ async def sessions_page(
 
 async def messages_page(
     tx: AsyncSession, tenant_id: str, session_id: str, *, after_seq: int, limit: int
-) -> list[Message]:
-    """Oldest first, from after `after_seq`."""
+) -> Sequence[Row]:
+    """Oldest first, from after `after_seq`; plain rows (columns by their SQL names), not
+    ORM objects: an export reads every row once and builds no identity map."""
+    table = Message.__table__
     stmt = (
-        sa.select(Message)
+        sa.select(table)
         .where(
-            Message.tenant_id == tenant_id,
-            Message.session_id == session_id,
-            Message.seq > after_seq,
+            table.c.tenant_id == tenant_id,
+            table.c.session_id == session_id,
+            table.c.seq > after_seq,
         )
-        .order_by(Message.seq)
+        .order_by(table.c.seq)
         .limit(limit)
     )
-    return list((await tx.execute(stmt)).scalars().all())
+    return (await tx.execute(stmt)).all()
 
 
 async def lock_sessions(tx: AsyncSession, tenant_id: str, user_id: str, limit: int) -> list[str]:
@@ -156,25 +160,42 @@ async def delete_sessions(
 
 
 async def memories_page(
-    tx: AsyncSession, tenant_id: str, user_id: str, *, after: uuid.UUID | None, limit: int
-) -> list[Memory]:
-    stmt = sa.select(Memory).where(Memory.tenant_id == tenant_id, Memory.user_id == user_id)
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    *,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> Sequence[Row]:
+    """Every memory of the user, soft-deleted ones too, oldest first: keyset pages on
+    (created_at, id), along the (tenant_id, user_id, created_at) index. Plain rows."""
+    table = Memory.__table__
+    stmt = sa.select(table).where(table.c.tenant_id == tenant_id, table.c.user_id == user_id)
     if after is not None:
-        stmt = stmt.where(Memory.id > after)
-    return list((await tx.execute(stmt.order_by(Memory.id).limit(limit))).scalars().all())
+        created_at, memory_id = after
+        stmt = stmt.where(
+            sa.or_(
+                table.c.created_at > created_at,
+                sa.and_(table.c.created_at == created_at, table.c.id > memory_id),
+            )
+        )
+    stmt = stmt.order_by(table.c.created_at, table.c.id).limit(limit)
+    return (await tx.execute(stmt)).all()
 
 
 async def events_of(
     tx: AsyncSession, tenant_id: str, memory_ids: Sequence[uuid.UUID]
-) -> list[MemoryEvent]:
+) -> Sequence[Row]:
+    """The audit events of these memories, by memory then in order. Plain rows."""
     if not memory_ids:
         return []
+    table = MemoryEvent.__table__
     stmt = (
-        sa.select(MemoryEvent)
-        .where(MemoryEvent.tenant_id == tenant_id, MemoryEvent.memory_id.in_(list(memory_ids)))
-        .order_by(MemoryEvent.memory_id, MemoryEvent.id)
+        sa.select(table)
+        .where(table.c.tenant_id == tenant_id, table.c.memory_id.in_(list(memory_ids)))
+        .order_by(table.c.memory_id, table.c.id)
     )
-    return list((await tx.execute(stmt)).scalars().all())
+    return (await tx.execute(stmt)).all()
 
 
 async def delete_memories(
@@ -182,10 +203,10 @@ async def delete_memories(
 ) -> tuple[int, int, list[uuid.UUID]]:
     """Up to `limit` of the user's memories with their audit events: (memories, events,
     ids) deleted. The events go by memory (their index) and by user (any left over)."""
+    # No ORDER BY: any `limit` of them, taken along the user's index without a sort.
     stmt = (
         sa.select(Memory.id)
         .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id)
-        .order_by(Memory.id)
         .limit(limit)
     )
     ids = list((await tx.execute(stmt)).scalars().all())
@@ -230,7 +251,6 @@ async def delete_summaries(tx: AsyncSession, tenant_id: str, user_id: str, limit
             await tx.execute(
                 sa.select(Summary.id)
                 .where(Summary.tenant_id == tenant_id, Summary.user_id == user_id)
-                .order_by(Summary.id)
                 .limit(limit)
             )
         )
