@@ -1,6 +1,7 @@
-"""The erasure kill test: a worker SIGKILLed half-way through a user's erasure; another
-takes the job over once the lease expires, finishes it, and the receipt counts every row
-exactly once, whichever run deleted it."""
+"""The erasure kill test, in both modes: a worker SIGKILLed half-way through a user's
+erasure; another takes the job over once the lease expires, finishes it, and the receipt
+counts every row exactly once, whichever run deleted it. Embedded, the workers' buffer is
+their own (in-process), so only the full mode checks the Redis keys."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import fakeredis
 import pytest
 import sqlalchemy as sa
 from redis.asyncio import Redis
@@ -31,10 +33,9 @@ from app.stores import users as user_store
 from app.stores.buffer import Buffer, _window_key
 from app.stores.db import Database, create_engine, migrate
 from app.stores.models import Job, Memory, MemoryEvent, Message, Session
-from app.stores.qdrant_server import QdrantServerIndex
-from app.stores.vectors import MemoryPayload, VectorPoint
+from app.stores.vectors import MemoryPayload, VectorIndex, VectorPoint
 from tests.conftest import REDIS_URL
-from tests.integration.erase_worker import COLLECTION, DIM
+from tests.integration.erase_worker import open_index
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 2.0
@@ -43,15 +44,26 @@ SESSIONS = 6
 MESSAGES = 5  # per session
 
 
+@pytest.fixture(params=["full", "embedded"])
+def mode(request: pytest.FixtureRequest) -> str:
+    value: str = request.param
+    return value
+
+
 @pytest.fixture
 async def database(
-    pg_databases: Callable[[], Awaitable[str]],
+    mode: str, pg_databases: Callable[[], Awaitable[str]], tmp_path: Path
 ) -> AsyncIterator[tuple[str, Database]]:
-    dsn = await pg_databases()
+    dsn = await pg_databases() if mode == "full" else f"sqlite+aiosqlite:///{tmp_path}/strata.db"
     await migrate(dsn)
-    db = Database(create_engine(dsn))
+    reader = create_engine(dsn, readonly=True) if mode == "embedded" else None
+    db = Database(create_engine(dsn), reader)
     yield dsn, db
     await db.close()
+
+
+def index_url(mode: str, tmp_path: Path) -> str | None:
+    return f"path:{tmp_path / 'qdrant'}" if mode == "full" else None
 
 
 @pytest.fixture
@@ -61,18 +73,19 @@ async def redis(redis_client: Redis) -> Redis:
 
 @pytest.fixture
 def start_worker(
-    database: tuple[str, Database], tmp_path: Path
+    mode: str, database: tuple[str, Database], tmp_path: Path
 ) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
     dsn, _ = database
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
     env.update(
         STRATA_DATABASE_URL=dsn,
-        STRATA_REDIS_URL=REDIS_URL,
-        STRATA_QDRANT_URL=f"path:{tmp_path / 'qdrant'}",
         STRATA_JOB_LEASE_SECONDS=str(LEASE_SECONDS),
         STRATA_JOB_POLL_SECONDS="0.1",
         STRATA_DATA_DIR=str(tmp_path),
     )
+    url = index_url(mode, tmp_path)
+    if url is not None:
+        env.update(STRATA_REDIS_URL=REDIS_URL, STRATA_QDRANT_URL=url)
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(name: str) -> subprocess.Popen[bytes]:
@@ -107,7 +120,7 @@ async def until(
         await asyncio.sleep(0.05)
 
 
-async def seed(db: Database, buffer: Buffer, vectors: QdrantServerIndex, user: str) -> int:
+async def seed(db: Database, buffer: Buffer, vectors: VectorIndex, user: str) -> int:
     """Sessions with logs and windows, one memory per message with its audit event and its
     point; a second user beside. The number of memories."""
     now = datetime.now(UTC)
@@ -196,6 +209,7 @@ async def seed(db: Database, buffer: Buffer, vectors: QdrantServerIndex, user: s
 
 
 async def test_an_erasure_killed_half_way_finishes_on_another_worker(
+    mode: str,
     database: tuple[str, Database],
     redis: Redis,
     start_worker: Callable[[str], subprocess.Popen[bytes]],
@@ -203,9 +217,10 @@ async def test_an_erasure_killed_half_way_finishes_on_another_worker(
 ) -> None:
     _, db = database
     user = f"kill-{uuid.uuid4().hex[:8]}"
-    buffer = Buffer(redis, window=50, ttl_seconds=600)
+    full = mode == "full"
+    buffer = Buffer(redis if full else fakeredis.FakeAsyncRedis(), window=50, ttl_seconds=600)
     # The test owns the on-disk index until the workers start (one process at a time).
-    vectors = QdrantServerIndex.connect(f"path:{tmp_path / 'qdrant'}", None, COLLECTION, DIM)
+    vectors = open_index(index_url(mode, tmp_path), tmp_path)
     await vectors.ensure_collection()
     memories = await seed(db, buffer, vectors, user)
     await vectors.close()
@@ -257,7 +272,7 @@ async def test_an_erasure_killed_half_way_finishes_on_another_worker(
     assert counts["messages"] == SESSIONS * MESSAGES
     assert counts["memories"] == memories
     assert counts["memory_events"] == memories
-    assert counts["buffer_keys"] == SESSIONS
+    assert counts["buffer_keys"] == (SESSIONS if full else 0)
     assert counts["index_points"] == memories
 
     async with db.read() as tx:
@@ -268,12 +283,15 @@ async def test_an_erasure_killed_half_way_finishes_on_another_worker(
             kept = await tx.execute(sa.select(sa.func.count()).where(column == "bystander"))
             assert kept.scalar_one() > 0, column
         assert await user_store.get(tx, TENANT, user) is None
-    assert await redis.exists(*(_window_key(TENANT, f"{user}-s{s}") for s in range(SESSIONS))) == 0
-    assert await redis.exists(_window_key(TENANT, "bystander-s0")) == 1
+    if full:
+        windows = [_window_key(TENANT, f"{user}-s{s}") for s in range(SESSIONS)]
+        assert await redis.exists(*windows) == 0
+        assert await redis.exists(_window_key(TENANT, "bystander-s0")) == 1
 
     survivor.send_signal(signal.SIGTERM)
     assert survivor.wait(timeout=15) == 0, logs(tmp_path)
-    index = QdrantServerIndex.connect(f"path:{tmp_path / 'qdrant'}", None, COLLECTION, DIM)
+    index = open_index(index_url(mode, tmp_path), tmp_path)
+    await index.ensure_collection()
     try:
         assert await index.delete_user(TENANT, user) == 0
         assert await index.delete_user(TENANT, "bystander") == SESSIONS * MESSAGES
