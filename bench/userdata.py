@@ -143,7 +143,6 @@ async def erase(api: Api, user: str) -> JSON:
 
 async def main_async(args: argparse.Namespace) -> int:
     port = urlsplit(args.url).port or 80
-    pid = args.pid or find_listening_pid(port)
     facts = machine_facts()
     print_machine(facts)
     report: JSON = {"machine": facts, "args": vars(args) | {"out": str(args.out)}}
@@ -151,6 +150,7 @@ async def main_async(args: argparse.Namespace) -> int:
         if not await wait_ready(api, 120):
             print("server not ready", file=sys.stderr)
             return 1
+        pid = args.pid or find_listening_pid(port)  # once it listens
         run = uuid.uuid4().hex[:6]
         users = {"small": args.small, "large": args.messages}
         for label, n in users.items():

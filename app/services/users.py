@@ -358,7 +358,7 @@ class ErasureService:
         *,
         max_attempts: int,
         wait_seconds: float,
-        batch: int = 200,
+        batch: int = 500,
     ) -> None:
         self.db = db
         self.buffer = buffer
@@ -492,9 +492,7 @@ class ErasureService:
                 events += await user_store.delete_stray_events(tx, tenant_id, user_id)
             counts = {"memories": memories, "memory_events": events}
             await user_store.add_erased(tx, tenant_id, user_id, counts)
-            if ids:
-                # Points of these memories written since the index pass (idempotent).
-                await self.vectors.delete(ids)
+        # A point of one of them written since the index pass goes in the last pass.
         return bool(ids)
 
     async def _step(

@@ -21,6 +21,12 @@ from app.stores.sessions import ensure_user
 Row = sa.Row[Any]  # a plain row, columns by their SQL names (`metadata`, not `metadata_`)
 
 
+def _delete(model: Any) -> Any:
+    """A bulk DELETE that leaves the session's identity map alone (nothing here holds
+    the rows it deletes): no per-row bookkeeping."""
+    return sa.delete(model).execution_options(synchronize_session=False)
+
+
 async def get(
     tx: AsyncSession, tenant_id: str, user_id: str, *, for_update: bool = False
 ) -> User | None:
@@ -89,9 +95,7 @@ async def add_erased(
 
 
 async def delete(tx: AsyncSession, tenant_id: str, user_id: str) -> int:
-    result = await tx.execute(
-        sa.delete(User).where(User.tenant_id == tenant_id, User.id == user_id)
-    )
+    result = await tx.execute(_delete(User).where(User.tenant_id == tenant_id, User.id == user_id))
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -146,12 +150,12 @@ async def delete_sessions(
     if not session_ids:
         return 0, 0
     messages = await tx.execute(
-        sa.delete(Message).where(
+        _delete(Message).where(
             Message.tenant_id == tenant_id, Message.session_id.in_(list(session_ids))
         )
     )
     sessions = await tx.execute(
-        sa.delete(Session).where(Session.tenant_id == tenant_id, Session.id.in_(list(session_ids)))
+        _delete(Session).where(Session.tenant_id == tenant_id, Session.id.in_(list(session_ids)))
     )
     return int(messages.rowcount), int(sessions.rowcount)  # type: ignore[attr-defined]
 
@@ -213,12 +217,12 @@ async def delete_memories(
     if not ids:
         return 0, 0, []
     events = await tx.execute(
-        sa.delete(MemoryEvent).where(
+        _delete(MemoryEvent).where(
             MemoryEvent.tenant_id == tenant_id, MemoryEvent.memory_id.in_(ids)
         )
     )
     memories = await tx.execute(
-        sa.delete(Memory).where(Memory.tenant_id == tenant_id, Memory.id.in_(ids))
+        _delete(Memory).where(Memory.tenant_id == tenant_id, Memory.id.in_(ids))
     )
     return int(memories.rowcount), int(events.rowcount), ids  # type: ignore[attr-defined]
 
@@ -226,7 +230,7 @@ async def delete_memories(
 async def delete_stray_events(tx: AsyncSession, tenant_id: str, user_id: str) -> int:
     """Audit events of the user whose memory row is already gone."""
     result = await tx.execute(
-        sa.delete(MemoryEvent).where(
+        _delete(MemoryEvent).where(
             MemoryEvent.tenant_id == tenant_id, MemoryEvent.user_id == user_id
         )
     )
@@ -260,7 +264,7 @@ async def delete_summaries(tx: AsyncSession, tenant_id: str, user_id: str, limit
     if not ids:
         return 0
     result = await tx.execute(
-        sa.delete(Summary).where(Summary.tenant_id == tenant_id, Summary.id.in_(list(ids)))
+        _delete(Summary).where(Summary.tenant_id == tenant_id, Summary.id.in_(list(ids)))
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 
@@ -283,9 +287,7 @@ async def jobs_page(
 
 async def delete_jobs(tx: AsyncSession, tenant_id: str, user_id: str, *, keep_kind: str) -> int:
     """The user's jobs, except those of `keep_kind` (the erasure receipts)."""
-    result = await tx.execute(
-        sa.delete(Job).where(_about(tenant_id, user_id), Job.kind != keep_kind)
-    )
+    result = await tx.execute(_delete(Job).where(_about(tenant_id, user_id), Job.kind != keep_kind))
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
