@@ -159,6 +159,15 @@ class KeyNotFound(NotFound):
         super().__init__(f"no key {key_id}")
 
 
+class UserNotFound(NotFound):
+    code = "user_not_found"
+    title = "User not found"
+    description = "Nothing is held about this user: never seen, erased, or being erased."
+
+    def __init__(self, user_id: str) -> None:
+        super().__init__(f"nothing is held about user {user_id!r}")
+
+
 class MethodNotAllowed(AppError):
     status = 405
     code = "method_not_allowed"
@@ -187,6 +196,18 @@ class JobNotFailed(Conflict):
 
     def __init__(self, job_id: object, state: str) -> None:
         super().__init__(f"job {job_id} is {state}; only a failed job can be re-run")
+
+
+class UserErasureInProgress(Conflict):
+    code = "user_erasure_in_progress"
+    title = "The user is being erased"
+    description = (
+        "An erasure of this user is running; nothing can be written for them until it ends "
+        "(`GET /v1/jobs/{job_id}`)."
+    )
+
+    def __init__(self, user_id: str, job_id: object) -> None:
+        super().__init__(f"user {user_id!r} is being erased (job {job_id}); retry once it ends")
 
 
 class PayloadTooLarge(AppError):

@@ -15,10 +15,11 @@ import asyncio
 import sys
 import uuid
 from collections.abc import Sequence
+from typing import cast
 
 from pydantic import ValidationError
 
-from app.core.auth import parse_scopes
+from app.core.auth import Scope, parse_scopes
 from app.errors import AppError
 from app.schemas.keys import KeyCreate, KeyOut
 from app.services.keys import KeyService
@@ -64,7 +65,7 @@ async def run(argv: Sequence[str], settings: Settings) -> int:
             body = KeyCreate(
                 tenant=args.tenant,
                 user_id=args.user,
-                scopes=sorted(parse_scopes(args.scopes)),
+                scopes=cast("list[Scope]", sorted(parse_scopes(args.scopes))),
                 name=args.name,
                 rate_limit_per_second=args.rate,
                 rate_limit_burst=args.burst,

@@ -25,6 +25,7 @@ from app.api import (
     rewrite,
     scratchpad,
     summaries,
+    users,
 )
 from app.api import errors as api_errors
 from app.api.limits import BodyLimitMiddleware
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         rewrite,
         context,
         summaries,
+        users,
         jobs,
         keys,
     ):

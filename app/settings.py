@@ -235,6 +235,12 @@ class Settings(BaseSettings):
     job_keep_succeeded_days: float = Field(
         default=7.0, gt=0, description="succeeded jobs older than this are purged daily"
     )
+    erasure_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="how long `DELETE /v1/users/{id}` waits for its erasure job before it "
+        "answers 202 with the job instead of 200 with the receipt",
+    )
 
     # Recall scoring (docs/architecture.md §3); defaults from the LoCoMo benchmark.
     weight_semantic: float = Field(default=0.9, ge=0)

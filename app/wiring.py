@@ -25,6 +25,7 @@ from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import MinRelevance, NewerFactsFirst
 from app.services.summaries import SummaryService
+from app.services.users import ErasureService, ExportService, UserSections
 from app.stores.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
 
 
@@ -40,6 +41,8 @@ class Services:
     scratchpad: ScratchpadService
     summaries: SummaryService
     keys: KeyService
+    export: ExportService
+    erasure: ErasureService
 
 
 def build_services(resources: Resources) -> Services:
@@ -82,6 +85,20 @@ def build_services(resources: Resources) -> Services:
         scratchpad=scratchpad,
         summaries=summaries,
         keys=build_keys(resources),
+        # Sections of the export, in order: a feature holding user data adds its own here.
+        export=ExportService(r.db, UserSections(r.db, r.buffer).all()),
+        erasure=build_erasure(resources),
+    )
+
+
+def build_erasure(resources: Resources) -> ErasureService:
+    r = resources
+    return ErasureService(
+        r.db,
+        r.buffer,
+        r.vectors,
+        max_attempts=r.settings.job_max_attempts,
+        wait_seconds=r.settings.erasure_wait_seconds,
     )
 
 

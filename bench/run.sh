@@ -5,7 +5,8 @@
 #   SUITES="bilingual longmemeval" LONGMEMEVAL=path bench/run.sh    (`make bench-recall`)
 #
 # SUITES picks what runs (default "latency locomo"): latency, locomo, bilingual (the
-# development set in bench/data/), longmemeval (LONGMEMEVAL=path/to/longmemeval_s*.json.xz).
+# development set in bench/data/), longmemeval (LONGMEMEVAL=path/to/longmemeval_s*.json.xz),
+# userdata (export and erasure of a large user, docs/privacy.md; USERDATA_ARGS=...).
 #
 # Each benchmark gets its own server process on a free 127.0.0.1 port with a fresh temporary
 # data dir, so one benchmark's data and warm caches never colour the other's. Results (JSON, the
@@ -123,6 +124,15 @@ if [[ "$SUITES" == *" longmemeval "* ]]; then
     else
         echo "LongMemEval skipped: LONGMEMEVAL=path/to/longmemeval_s_cleaned_498.json.xz"
     fi
+fi
+
+if [[ "$SUITES" == *" userdata "* ]]; then
+    start_server userdata
+    # shellcheck disable=SC2086
+    "$PY" bench/userdata.py --url "http://127.0.0.1:$PORT" --pid "$SERVER_PID" \
+        --out "$RESULTS/userdata-$STAMP.json" ${USERDATA_ARGS:-} |
+        tee "$RESULTS/userdata-$STAMP.txt" || status=1
+    stop_server
 fi
 
 echo "results in $RESULTS (*-$STAMP.*); exit status $status"

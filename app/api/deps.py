@@ -31,6 +31,7 @@ from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.summaries import SummaryService
+from app.services.users import ErasureService, ExportService
 from app.wiring import Services
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
@@ -183,6 +184,18 @@ def _summaries(request: Request) -> SummaryService:
 
 
 SummaryDep = Annotated[SummaryService, Depends(_summaries)]
+
+
+def _export(request: Request) -> ExportService:
+    return _services(request).export
+
+
+def _erasure(request: Request) -> ErasureService:
+    return _services(request).erasure
+
+
+ExportDep = Annotated[ExportService, Depends(_export)]
+ErasureDep = Annotated[ErasureService, Depends(_erasure)]
 
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])

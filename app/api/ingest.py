@@ -8,7 +8,13 @@ from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import IngestDep, LimitQuery, SessionIdPath, TenantDep, UserIdQuery
 from app.api.errors import problem_responses
-from app.errors import BadRequest, SessionNotFound, TooManyCharacters, VectorStoreUnavailable
+from app.errors import (
+    BadRequest,
+    SessionNotFound,
+    TooManyCharacters,
+    UserErasureInProgress,
+    VectorStoreUnavailable,
+)
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -29,7 +35,7 @@ router = APIRouter(prefix="/v1/sessions", tags=["ingest"])
     response_model=SessionOut,
     responses={
         201: {"model": SessionOut, "description": "created"},
-        **problem_responses(BadRequest, SessionNotFound),
+        **problem_responses(BadRequest, SessionNotFound, UserErasureInProgress),
     },
 )
 async def put_session(
@@ -90,7 +96,7 @@ async def delete_session(
     response_model=IngestResponse,
     responses={
         200: {"model": IngestResponse, "description": "indexed (wait=true)"},
-        **problem_responses(BadRequest, SessionNotFound, TooManyCharacters),
+        **problem_responses(BadRequest, SessionNotFound, TooManyCharacters, UserErasureInProgress),
     },
 )
 async def post_messages(

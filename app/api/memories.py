@@ -17,6 +17,7 @@ from app.errors import (
     ProviderTimeout,
     ProviderUnavailable,
     SessionNotFound,
+    UserErasureInProgress,
     VectorStoreUnavailable,
 )
 from app.schemas.memories import (
@@ -41,6 +42,7 @@ CursorQuery = Annotated[str | None, Query(max_length=512, description="from `nex
     responses=problem_responses(
         BadRequest,
         SessionNotFound,
+        UserErasureInProgress,
         EmbeddingRejected,
         ProviderUnavailable,
         ProviderTimeout,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.jobs import housekeeping, reindex, summaries
+from app.jobs import erasure, housekeeping, reindex, summaries
 from app.jobs.registry import Registry
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
+from app.services.users import ErasureService
 from app.settings import Settings
 from app.stores.db import Database
 
@@ -18,14 +19,17 @@ def build_registry(
     *,
     summary_service: SummaryService | None = None,
     reindexer: Reindexer | None = None,
+    erasure_service: ErasureService | None = None,
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
-    service or the reindexer (a test, a tool, a process without the vector index) leaves
-    those jobs to one built with them."""
+    service, the reindexer or the erasure service (a test, a tool, a process without the
+    vector index) leaves those jobs to one built with them."""
     registry = Registry()
     housekeeping.register(registry, db, keep=timedelta(days=settings.job_keep_succeeded_days))
     if summary_service is not None:
         summaries.register(registry, summary_service)
     if reindexer is not None:
         reindex.register(registry, reindexer)
+    if erasure_service is not None:
+        erasure.register(registry, erasure_service)
     return registry

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app.jobs.registry import JobContext, Registry
+from app.services.users import ERASE_USER
 from app.stores import jobs as job_store
 from app.stores.db import Database
 
@@ -22,7 +23,10 @@ def register(
         # The cutoff comes from the period, not the clock: a re-run deletes the same set.
         cutoff = datetime.fromisoformat(payload["period"]) - keep
         async with db.transaction() as tx:
-            deleted = await job_store.purge_succeeded(tx, finished_before=cutoff)
+            # Erasure receipts stay: the proof that a user was erased (docs/privacy.md).
+            deleted = await job_store.purge_succeeded(
+                tx, finished_before=cutoff, keep_kinds=(ERASE_USER,)
+            )
         return {"deleted": deleted, "finished_before": cutoff.isoformat()}
 
     registry.add(PURGE_FINISHED_JOBS, purge_finished_jobs)

@@ -17,7 +17,13 @@ from typing import Any
 from app.core import periods
 from app.core.erasure import DetachPlan, plan_detach, plan_summaries
 from app.core.periods import Level
-from app.errors import AppError, BufferUnavailable, SessionNotFound, TooManyCharacters
+from app.errors import (
+    AppError,
+    BufferUnavailable,
+    SessionNotFound,
+    TooManyCharacters,
+    UserErasureInProgress,
+)
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -32,6 +38,7 @@ from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
 from app.stores import summaries as summary_store
+from app.stores import users as user_store
 from app.stores.buffer import Buffer
 from app.stores.db import Database
 from app.stores.models import Message, Session, Summary
@@ -78,6 +85,13 @@ def _index_changes(plan: DetachPlan) -> list[tuple[uuid.UUID, PayloadPatch]]:
     return unfiled + shrunk
 
 
+async def writable(tx: Any, tenant_id: str, user_id: str, now: datetime) -> None:
+    """The user, created if new; refused while an erasure of theirs runs (docs/privacy.md)."""
+    erasure = await user_store.ensure_writable(tx, tenant_id, user_id, now)
+    if erasure is not None:
+        raise UserErasureInProgress(user_id, erasure.get("job_id"))
+
+
 class IngestService:
     """Sessions and their message log. Owns the write path's ordering: log, buffer, wake-up."""
 
@@ -115,8 +129,8 @@ class IngestService:
             if row.user_id != body.user_id:
                 # Like every other route: another user's session is not revealed to exist.
                 raise SessionNotFound(session_id)
+            await writable(tx, tenant_id, body.user_id, now)
             if created:
-                await session_store.ensure_user(tx, tenant_id, body.user_id, now)
                 return session_out(row), True
             changes: session_store.SessionChanges = {}
             if "system_prompt" in body.model_fields_set:
@@ -242,7 +256,7 @@ class IngestService:
             raise TooManyCharacters(total, self.settings.ingest_max_chars)
         now = datetime.now(UTC)
         async with self.db.transaction() as tx:
-            session, created = await session_store.create_or_lock(
+            session, _ = await session_store.create_or_lock(
                 tx,
                 tenant_id=tenant_id,
                 session_id=session_id,
@@ -253,8 +267,8 @@ class IngestService:
             )
             if session.user_id != body.user_id:
                 raise SessionNotFound(session_id)
-            if created:
-                await session_store.ensure_user(tx, tenant_id, body.user_id, now)
+            # After the session's lock, as the erasure takes them: no deadlock between them.
+            await writable(tx, tenant_id, body.user_id, now)
 
             client_ids = [m.id for m in body.messages if m.id is not None]
             seen = await message_store.existing_client_ids(tx, tenant_id, session_id, client_ids)

@@ -29,6 +29,7 @@ from app.schemas.memories import (
     MemoryPage,
     MemoryPatch,
 )
+from app.services.ingest import writable
 from app.services.reindex import Reindexer
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
@@ -160,7 +161,7 @@ class MemoryService:
                 session = await session_store.get(tx, tenant_id, body.session_id)
                 if session is None or session.user_id != body.user_id:
                     raise SessionNotFound(body.session_id)
-            await session_store.ensure_user(tx, tenant_id, body.user_id, now)
+            await writable(tx, tenant_id, body.user_id, now)
             row = await memory_store.insert(tx, values)
             await memory_store.add_events(
                 tx, [_event(row, "created", None, {"content": row.content}, "created by API")]

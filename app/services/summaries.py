@@ -33,6 +33,7 @@ from app.schemas.summaries import SummarizeAccepted, SummaryItem, SummaryPage
 from app.settings import Settings
 from app.stores import jobs as job_store
 from app.stores import summaries as summary_store
+from app.stores import users as user_store
 from app.stores.db import Database
 from app.stores.models import Message, Summary
 from app.stores.vectors import MemoryPayload, VectorIndex, VectorPoint
@@ -176,12 +177,19 @@ class SummaryService:
         # round, a current row could sit on a missing point for good.
         await self.vectors.upsert([await self._point(values)])
         async with self.db.transaction() as tx:
-            row = await summary_store.upsert(tx, values)
-            gone = (
-                await summary_store.delete_other_essences(tx, tenant_id, user_id, sid)
-                if level == "essence"
-                else []
-            )
+            # A user erased (or being erased) since the inputs were read gets no summary:
+            # the erasure may have passed the summaries already (docs/privacy.md).
+            live = await user_store.live_for_write(tx, tenant_id, user_id)
+            if live:
+                row = await summary_store.upsert(tx, values)
+                gone = (
+                    await summary_store.delete_other_essences(tx, tenant_id, user_id, sid)
+                    if level == "essence"
+                    else []
+                )
+        if not live:
+            await self.vectors.delete([sid])
+            return Outcome(None, False)
         if gone:
             await self.vectors.delete(gone)
         return Outcome(row, True, usage)

@@ -130,6 +130,34 @@ class Buffer:
                 _window_key(tenant_id, session_id), _scratchpad_key(tenant_id, session_id)
             )
 
+    async def drop_sessions(self, tenant_id: str, session_ids: Sequence[str]) -> int:
+        """Every session's window and scratchpad (erasure); how many keys there were."""
+        if not session_ids:
+            return 0
+        keys = [
+            k
+            for sid in session_ids
+            for k in (_window_key(tenant_id, sid), _scratchpad_key(tenant_id, sid))
+        ]
+        with self._unavailable():
+            # One key per call: hash tags put a session's keys, not several sessions', in
+            # one Redis Cluster slot.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.delete(key)
+                removed = await pipe.execute()
+        return sum(int(n) for n in removed)
+
+    async def snapshot(self, tenant_id: str, session_id: str) -> tuple[list[bytes], bytes | None]:
+        """The session's window (oldest first) and scratchpad as stored, without refreshing
+        their TTL: reading them for an export is not activity."""
+        with self._unavailable():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zrange(_window_key(tenant_id, session_id), 0, -1)
+                pipe.get(_scratchpad_key(tenant_id, session_id))
+                window, pad = await pipe.execute()
+        return list(window), pad if isinstance(pad, bytes) else None
+
     async def read_scratchpad(self, tenant_id: str, session_id: str) -> bytes | None:
         """The scratchpad as stored (None when there is none); refreshes the session's TTL."""
         key = _scratchpad_key(tenant_id, session_id)

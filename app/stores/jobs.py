@@ -233,11 +233,15 @@ async def requeue(tx: AsyncSession, *, job_id: uuid.UUID, now: datetime) -> bool
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-async def purge_succeeded(tx: AsyncSession, *, finished_before: datetime) -> int:
-    """Delete succeeded jobs finished before the cutoff; failed ones stay, to be seen."""
-    result = await tx.execute(
-        sa.delete(Job).where(Job.state == "succeeded", Job.finished_at < finished_before)
-    )
+async def purge_succeeded(
+    tx: AsyncSession, *, finished_before: datetime, keep_kinds: Collection[str] = ()
+) -> int:
+    """Delete succeeded jobs finished before the cutoff, except those of `keep_kinds`
+    (records kept on purpose); failed ones stay, to be seen."""
+    stmt = sa.delete(Job).where(Job.state == "succeeded", Job.finished_at < finished_before)
+    if keep_kinds:
+        stmt = stmt.where(Job.kind.not_in(list(keep_kinds)))
+    result = await tx.execute(stmt)
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -91,6 +91,10 @@ class User(Base):
     # When promotion last took a slice of this user's backlog (fair turns across users).
     promoted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Set while the user is being erased (docs/privacy.md): the erasure job's id and its
+    # running counts, written in the same transaction as each batch it deletes. Ingest for
+    # the user is refused while it is set; the row itself goes last.
+    erasure: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
 
 class Session(Base):

@@ -182,6 +182,25 @@ class QdrantEdgeIndex:
 
         return int(await self._run(lambda: self._shard.count(qe.CountRequest(exact=True))))
 
+    async def delete_user(self, tenant_id: str, user_id: str) -> int:
+        import qdrant_edge as qe
+
+        flt = qe.Filter(
+            must=[
+                qe.FieldCondition("tenant_id", match=qe.MatchValue(tenant_id)),
+                qe.FieldCondition("user_id", match=qe.MatchValue(user_id)),
+            ]
+        )
+
+        def count_and_delete() -> int:
+            # One locked call: no upsert of ours slips between the count and the delete.
+            found = int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
+            if found:
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+            return found
+
+        return int(await self._run(count_and_delete))
+
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
         if not ids:
             return {}

@@ -170,14 +170,17 @@ class QdrantServerIndex:
         result = await self._call(self.client.count(self.collection, exact=True))
         return int(result.count)
 
+    async def delete_user(self, tenant_id: str, user_id: str) -> int:
+        flt = _owner_filter(tenant_id, user_id)
+        found = await self._call(self.client.count(self.collection, count_filter=flt, exact=True))
+        if found.count:
+            selector = qm.FilterSelector(filter=flt)
+            await self._call(self.client.delete(self.collection, selector, wait=True))
+        return int(found.count)
+
     @staticmethod
     def _user_filter(q: VectorQuery) -> qm.Filter:
-        return qm.Filter(
-            must=[
-                qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=q.tenant_id)),
-                qm.FieldCondition(key="user_id", match=qm.MatchValue(value=q.user_id)),
-            ]
-        )
+        return _owner_filter(q.tenant_id, q.user_id)
 
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
         if not ids:
@@ -211,6 +214,15 @@ class QdrantServerIndex:
 
 
 _VECTORS = ("dense", "turn", "sparse")
+
+
+def _owner_filter(tenant_id: str, user_id: str) -> qm.Filter:
+    return qm.Filter(
+        must=[
+            qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant_id)),
+            qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id)),
+        ]
+    )
 
 
 def _hit(p: qm.ScoredPoint) -> VectorHit:

@@ -146,9 +146,10 @@ def check_elided(original: str, shown: str, prefix: int) -> None:
     head, sep, rest = shown.partition("… [")
     assert sep, shown
     n, _, tail = rest.partition(" tokens elided] …")
-    # The join before the mark follows the head only when some of the body is kept: a bare
-    # prefix (`user: `) keeps its own trailing space.
-    head, tail = head[:prefix] + head[prefix:].removesuffix(" "), tail.removeprefix(" ")
+    # `elide` joins the mark to a head with a space, but not to the bare prefix (a message
+    # opening with a space once made the count look one token short).
+    head = head.removesuffix(" ") if len(head) > prefix else head
+    tail = tail.removeprefix(" ")
     assert original.startswith(head)
     assert original.endswith(tail)
     middle = original[len(head) : len(original) - len(tail)]

@@ -1,0 +1,155 @@
+"""A user's data as a whole: the export document and the erasure receipt (docs/privacy.md)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from app.schemas.jobs import JobState
+
+# The stores an erasure counts, in the receipt's order.
+ERASED = (
+    "sessions",
+    "messages",
+    "buffer_keys",
+    "index_points",
+    "memories",
+    "memory_events",
+    "summaries",
+    "jobs",
+)
+
+
+class ErasureCounts(BaseModel):
+    sessions: int = Field(description="session rows deleted (PostgreSQL/SQLite)")
+    messages: int = Field(description="message log rows deleted")
+    buffer_keys: int = Field(description="Redis keys deleted: session windows and scratchpads")
+    index_points: int = Field(description="vector index points deleted (memories, summaries)")
+    memories: int = Field(description="memory rows deleted, soft-deleted ones included")
+    memory_events: int = Field(description="audit events deleted (they quote the content)")
+    summaries: int = Field(description="summary rows deleted")
+    jobs: int = Field(description="background jobs about the user deleted")
+
+    @classmethod
+    def zero(cls) -> ErasureCounts:
+        return cls(**dict.fromkeys(ERASED, 0))
+
+
+class ErasureReceipt(BaseModel):
+    user_id: str
+    job_id: uuid.UUID | None = Field(
+        description="the erasure job (`GET /v1/jobs/{job_id}`); null when nothing was held"
+    )
+    state: JobState = Field(description="`succeeded` once everything is gone")
+    counts: ErasureCounts = Field(
+        description="what was removed, per store; while the job runs, what it removed so far"
+    )
+    finished_at: datetime | None
+
+
+class ExportedMessage(BaseModel):
+    seq: int
+    id: str | None = Field(description="the client's message id, if it gave one")
+    role: str
+    content: str
+    created_at: datetime
+    received_at: datetime
+    metadata: dict[str, Any]
+
+
+class ExportedSession(BaseModel):
+    id: str
+    system_prompt: str | None
+    metadata: dict[str, Any]
+    last_seq: int
+    indexed_seq: int
+    created_at: datetime
+    updated_at: datetime
+    messages: list[ExportedMessage] = Field(description="the whole log, oldest first")
+
+
+class ExportedBuffer(BaseModel):
+    session_id: str
+    window: list[dict[str, Any]] = Field(description="the recent window held in Redis")
+    scratchpad: dict[str, Any] | None = Field(
+        description="the working memory as stored (`data`, `updated_at`), if any"
+    )
+
+
+class ExportedEvent(BaseModel):
+    id: int
+    event: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    reason: str | None
+    created_at: datetime
+
+
+class ExportedMemory(BaseModel):
+    id: uuid.UUID
+    session_id: str | None
+    memory_type: str
+    content: str
+    importance: float
+    pinned: bool
+    access_count: int
+    last_accessed_at: datetime | None
+    strength: float
+    valid_from: datetime | None
+    valid_to: datetime | None
+    superseded_by: uuid.UUID | None
+    sources: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None = Field(description="set for a forgotten or deleted memory")
+    history: list[ExportedEvent] = Field(description="the audit trail, oldest first")
+
+
+class ExportedSummary(BaseModel):
+    id: uuid.UUID
+    level: str
+    period_start: datetime
+    period_end: datetime
+    timezone: str
+    content: str
+    sources: list[Any]
+    method: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ExportedJob(BaseModel):
+    id: uuid.UUID
+    kind: str
+    state: JobState
+    payload: dict[str, Any]
+    result: dict[str, Any] | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class ExportedUser(BaseModel):
+    id: str
+    profile: dict[str, Any]
+    created_at: datetime
+
+
+class UserExport(BaseModel):
+    """The document `GET /v1/users/{user_id}/export` streams. Its sections come in the
+    order `sections` lists; later releases add sections (profile facts, graph), never
+    change these."""
+
+    format: int = Field(description="the document's format version")
+    user_id: str
+    exported_at: datetime
+    sections: list[str] = Field(description="the sections that follow, in order")
+    user: ExportedUser
+    sessions: list[ExportedSession]
+    buffer: list[ExportedBuffer]
+    memories: list[ExportedMemory]
+    summaries: list[ExportedSummary]
+    jobs: list[ExportedJob]
