@@ -20,12 +20,14 @@ from app.api import (
     ingest,
     jobs,
     memories,
+    metrics,
     recall,
     rewrite,
     scratchpad,
     summaries,
 )
 from app.api import errors as api_errors
+from app.metrics import Metrics, RequestMetrics
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.wiring import Services, build_services
@@ -45,6 +47,7 @@ class State(TypedDict):
     settings: Settings
     resources: Resources
     services: Services
+    metrics: Metrics  # read by the RequestMetrics middleware
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -63,7 +66,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 else None
             )
             try:
-                yield State(settings=settings, resources=resources, services=services)
+                yield State(
+                    settings=settings,
+                    resources=resources,
+                    services=services,
+                    metrics=resources.metrics,
+                )
             finally:
                 stop.set()
                 if worker is not None:
@@ -81,6 +89,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     api_errors.install(app)
-    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
+    # Added last, so outermost: the time includes the error handlers and the request id.
+    app.add_middleware(RequestMetrics)
+    for module in (
+        health,
+        metrics,
+        ingest,
+        scratchpad,
+        memories,
+        recall,
+        rewrite,
+        context,
+        summaries,
+        jobs,
+    ):
         app.include_router(module.router)
     return app

@@ -17,6 +17,7 @@ from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.memories import MemoryService
+from app.services.metrics import MetricsService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.reindex import Reindexer
@@ -37,6 +38,7 @@ class Services:
     rewrite: RewriteService
     scratchpad: ScratchpadService
     summaries: SummaryService
+    metrics: MetricsService
 
 
 def build_services(resources: Resources) -> Services:
@@ -74,6 +76,7 @@ def build_services(resources: Resources) -> Services:
         rewrite=rewrite,
         scratchpad=scratchpad,
         summaries=summaries,
+        metrics=MetricsService(r.db, r.metrics),
     )
 
 

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 
 from app import logs
@@ -46,16 +47,21 @@ async def run_worker(
         )
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)
-    jobs = job_tasks.start(resources.db, resources.settings, owner, stop, registry)
+    jobs = job_tasks.start(
+        resources.db, resources.settings, owner, stop, registry, metrics=resources.metrics
+    )
     log.info("worker %s started", owner)
     try:
         while not stop.is_set():
             try:
+                started = time.perf_counter()
                 done = await promoter.run_once()
+                resources.metrics.observe_promotion(time.perf_counter() - started, done)
                 if resources.settings.worker_heartbeat_file is not None:
                     resources.settings.worker_heartbeat_file.touch()
             except Exception:
                 log.exception("promotion pass failed; retrying")
+                resources.metrics.promotion_failures.inc()
                 done = 0
                 await _sleep_or_stop(stop, poll)
             if done == 0 and not stop.is_set():
@@ -111,6 +117,10 @@ async def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with open_resources(settings) as resources:
+        if settings.worker_metrics_port is not None:
+            # prometheus_client's own HTTP server, on a daemon thread (scrape: GET /metrics).
+            resources.metrics.serve(settings.worker_metrics_port)
+            log.info("worker metrics on port %d", settings.worker_metrics_port)
         await run_worker(resources, stop)
 
 
