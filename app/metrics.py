@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -46,9 +47,10 @@ LATENCY_BUCKETS = (
 BATCH_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
-# Requests that matched no route share one label: a scan of random paths must not mint a
-# series per path.
+# Requests that matched no route share one label, and so do unknown methods: a scan of
+# random paths or verbs must not mint a series per path or verb.
 UNMATCHED = "<unmatched>"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class Metrics:
                 "PROMETHEUS_MULTIPROC_DIR must be in the environment before the process starts"
             )
         self.multiprocess_dir = multiprocess_dir
+        self._request_children: dict[tuple[str, str, int], Any] = {}
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Histogram(
@@ -122,6 +125,15 @@ class Metrics:
             buckets=BATCH_SECONDS_BUCKETS,
             registry=r,
         )
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "OTHER"
+        key = (method, route, status)
+        child = self._request_children.get(key)
+        if child is None:  # once per series: labels() takes a lock and checks its values
+            child = self.requests.labels(method, route, str(status))
+            self._request_children[key] = child
+        child.observe(seconds)
 
     def observe_promotion(self, seconds: float, messages: int) -> None:
         if messages > 0:  # idle passes would drown the distribution in zeros
@@ -206,11 +218,9 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or UNMATCHED
-            metrics.requests.labels(scope["method"], template, str(status)).observe(
-                time.perf_counter() - start
-            )
+            elapsed = time.perf_counter() - start
+            template = getattr(scope.get("route"), "path", None) or UNMATCHED
+            metrics.observe_request(scope["method"], template, status, elapsed)
 
 
 class MeteredEmbedder:

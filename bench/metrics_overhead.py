@@ -75,10 +75,13 @@ async def call(app: Any, calls: int, metrics: Metrics | None) -> float:
 def observe_cost(calls: int) -> float:
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     metrics = Metrics(Path(directory) if directory else None)
-    start = time.perf_counter()
-    for _ in range(calls):  # with the label lookup, as the middleware does it
-        metrics.requests.labels("GET", "/v1/recall", "200").observe(0.004)
-    return (time.perf_counter() - start) / calls * 1e6
+    best = float("inf")
+    for _ in range(5):  # the best of five: the machine is shared, noise only adds
+        start = time.perf_counter()
+        for _ in range(calls):  # as the middleware does it (the series looked up, cached)
+            metrics.observe_request("GET", "/v1/recall", 200, 0.004)
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
 
 
 def main() -> int:
@@ -89,9 +92,12 @@ def main() -> int:
     if args.observe_only:
         print(f"{observe_cost(args.calls):.2f}")
         return 0
-    plain = asyncio.run(call(make_app(None), args.calls, None))
     metrics = Metrics()
-    measured = asyncio.run(call(make_app(metrics), args.calls, metrics))
+    bare, instrumented = make_app(None), make_app(metrics)
+    plain = measured = float("inf")
+    for _ in range(5):  # alternated, the best of each: the machine is shared
+        plain = min(plain, asyncio.run(call(bare, args.calls, None)))
+        measured = min(measured, asyncio.run(call(instrumented, args.calls, metrics)))
     in_memory = observe_cost(args.calls)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": tmp}

@@ -66,6 +66,7 @@ async def test_latency_is_labelled_by_route_template_and_status(
     )
     assert resp.status_code == 404
     assert (await running.client.get(f"/no/such/{session}")).status_code == 404
+    assert (await running.client.request("BREW", "/v1/recall")).status_code == 405
 
     text = await scrape(running)
     name = "strata_http_request_duration_seconds_count"
@@ -77,6 +78,9 @@ async def test_latency_is_labelled_by_route_template_and_status(
     assert value(text, name, method="POST", route="/v1/recall", status="200")
     assert value(text, name, method="GET", route="/v1/memories/{memory_id}", status="404")
     assert value(text, name, method="GET", route="<unmatched>", status="404")
+    # An unknown verb is one series, not one per verb a scanner tries.
+    assert value(text, name, method="OTHER", route="/v1/recall", status="405")
+    assert value(text, name, method="BREW") is None
     # The raw path never becomes a label: a series per session would grow without bound.
     routes = {s.labels.get("route", "") for s in samples(text, name.removesuffix("_count"))}
     assert not any(session in route for route in routes)
