@@ -49,7 +49,10 @@ def _service(request: Request) -> MetricsService:
     "job durations, embedding calls and batch sizes, memories by type (text format 0.0.4).",
     response_class=Response,
     responses={
-        200: {"content": {CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}}},
+        200: {
+            "description": "Prometheus text exposition format 0.0.4",
+            "content": {CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}},
+        },
         **problem_responses(Unauthorized),
     },
 )
