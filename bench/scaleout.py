@@ -18,6 +18,7 @@ measured here is the SQL, Redis and embedding work, which is what the processes 
 
 Usage: python bench/scaleout.py [--pg postgresql://postgres@127.0.0.1:5432/postgres]
                                 [--redis redis://127.0.0.1:6379/0] [--seconds 10]
+                                [--qdrant http://host:6333]   (where a server is reachable)
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def run_config(n: int, args: argparse.Namespace, admin_dsn: str, work: Path) -> 
         metrics_dir.mkdir()
         api_env = {
             **env,
-            "STRATA_QDRANT_URL": ":memory:",
+            "STRATA_QDRANT_URL": args.qdrant or ":memory:",
             "STRATA_DATA_DIR": str(work / f"api-{n}"),
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         }
@@ -239,6 +240,8 @@ def run_config(n: int, args: argparse.Namespace, admin_dsn: str, work: Path) -> 
         with contextlib.ExitStack() as stack:
             for i in range(n):
                 worker_env = {**env, "STRATA_DATA_DIR": str(work / f"worker-{n}-{i}")}
+                if args.qdrant:  # one shared collection, as in production
+                    worker_env["STRATA_QDRANT_URL"] = args.qdrant
                 stack.enter_context(
                     started(
                         [sys.executable, "-m", "app.worker"],
@@ -306,6 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument(
+        "--qdrant", help="a Qdrant server's URL: every process then shares its collection"
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="per ingest phase")
     parser.add_argument("--promotion-seconds", type=float, default=30.0)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
