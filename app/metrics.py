@@ -140,9 +140,11 @@ class Metrics:
             self.promotion_seconds.observe(seconds)
             self.promotion_messages.observe(messages)
 
-    def render(self, lag: Sequence[IndexLag], memories: Sequence[MemoryCount]) -> bytes:
+    def render(
+        self, lag: Sequence[IndexLag] | None, memories: Sequence[MemoryCount] | None
+    ) -> bytes:
         """The exposition text: this process's (or, multiprocess, every process's) values,
-        then the scrape-time gauges."""
+        then the scrape-time gauges (None: they could not be read, and are left out)."""
         if self.multiprocess_dir is not None:
             merged = CollectorRegistry()
             MultiProcessCollector(merged, path=str(self.multiprocess_dir))  # type: ignore[no-untyped-call]
@@ -165,11 +167,20 @@ class Metrics:
 
 
 class _ScrapeGauges(Collector):
-    def __init__(self, lag: Sequence[IndexLag], memories: Sequence[MemoryCount]) -> None:
+    def __init__(
+        self, lag: Sequence[IndexLag] | None, memories: Sequence[MemoryCount] | None
+    ) -> None:
         self.lag = lag
         self.memories = memories
 
     def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily(
+            "strata_scrape_sql_up",
+            "1 when this scrape read its SQL figures (index lag, memories), 0 when it could not",
+            value=0 if self.lag is None or self.memories is None else 1,
+        )
+        if self.lag is None or self.memories is None:
+            return [up]
         messages = GaugeMetricFamily(
             "strata_index_lag_messages",
             "Messages accepted into the log and not yet indexed (last_seq - indexed_seq)",
@@ -188,7 +199,7 @@ class _ScrapeGauges(Collector):
         )
         for m in self.memories:
             count.add_metric([m.tenant_id, m.memory_type], m.count)
-        return [messages, sessions, count]
+        return [up, messages, sessions, count]
 
 
 class RequestMetrics:

@@ -19,6 +19,8 @@ from prometheus_client.samples import Sample
 from redis.asyncio import Redis
 
 from app.metrics import Metrics
+from app.services.metrics import MetricsService
+from app.stores.db import Database, create_engine
 from tests.conftest import Running, full_settings, turn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +138,7 @@ async def idle_app(
 async def test_index_lag_and_memories_by_type(idle_app: Running) -> None:
     auth = {"authorization": "Bearer scrape-me"}
     text = await scrape(idle_app, **auth)
+    assert value(text, "strata_scrape_sql_up") == 1
     assert value(text, "strata_index_lag_messages") is None  # nothing behind yet
 
     for session, count in (("lag-a", 3), ("lag-b", 2)):
@@ -233,3 +236,19 @@ def test_the_worker_serves_its_metrics_on_a_port() -> None:
         server.server_close()
     assert value(text, "strata_promotion_batch_messages_count") == 1
     assert value(text, "strata_promotion_batch_messages_sum") == 40
+
+
+async def test_with_the_database_down_the_process_figures_still_answer() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    db = Database(create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{closed}/none"))
+    metrics = Metrics()
+    metrics.observe_request("GET", "/v1/recall", 200, 0.003)
+    try:
+        text = (await MetricsService(db, metrics).exposition()).decode()
+    finally:
+        await db.close()
+    assert value(text, "strata_scrape_sql_up") == 0
+    assert value(text, "strata_http_request_duration_seconds_count", route="/v1/recall") == 1
+    assert "strata_index_lag_messages" not in text  # absent, never a false zero
