@@ -64,7 +64,7 @@ bench-mem0: install $(MEM0_VENV)/.installed  ## Strata beside Mem0 on LoCoMo (CO
 
 bench-scaleout: install  ## 1 -> 2 api processes and workers on PostgreSQL + Redis (docs/scaling.md)
 	mkdir -p bench/results
-	$(BIN)/python bench/scaleout.py --out bench/results/scaleout.json
+	$(BIN)/python bench/scaleout.py --out bench/results/scaleout.json $(SCALEOUT_ARGS)
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache .hypothesis
