@@ -8,7 +8,7 @@ PORT ?= 8000
 LOCOMO ?= ../shared/bench/locomo/locomo10.json
 LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
-.PHONY: install run worker test check fmt openapi bench bench-recall clean
+.PHONY: install run worker migrate test check fmt openapi bench bench-recall bench-mem0 bench-scaleout clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ run: install  ## the service, embedded (SQLite, Qdrant Edge, in-process buffer a
 
 worker: install  ## the promotion worker as its own process (full stack)
 	$(BIN)/python -m app.worker
+
+migrate: install  ## the schema, once, before starting many processes (docs/scaling.md)
+	$(BIN)/python -m app.migrate
 
 test: install
 	$(BIN)/pytest
@@ -45,6 +48,23 @@ bench: install  ## service levels and LoCoMo retrieval, on a fresh embedded serv
 
 bench-recall: install  ## the bilingual development set and LongMemEval_S (100 questions)
 	SUITES="bilingual longmemeval" LONGMEMEVAL=$(LONGMEMEVAL) bash bench/run.sh
+
+# Mem0 lives in a venv of its own, never in the project's dependencies.
+MEM0_VENV ?= .bench-venvs/mem0
+$(MEM0_VENV)/.installed:
+	$(PYTHON) -m venv $(MEM0_VENV)
+	$(MEM0_VENV)/bin/pip install --quiet --upgrade pip
+	$(MEM0_VENV)/bin/pip install --quiet 'mem0ai==2.2.1' 'faiss-cpu==1.15.1'
+	touch $@
+
+bench-mem0: install $(MEM0_VENV)/.installed  ## Strata beside Mem0 on LoCoMo (CONVERSATIONS=3)
+	mkdir -p bench/results
+	$(BIN)/python bench/mem0_compare.py --data $(LOCOMO) --conversations $(or $(CONVERSATIONS),3) \
+		--mem0-python $(MEM0_VENV)/bin/python --out bench/results/mem0-compare.json
+
+bench-scaleout: install  ## 1 -> 2 api processes and workers on PostgreSQL + Redis (docs/scaling.md)
+	mkdir -p bench/results
+	$(BIN)/python bench/scaleout.py --out bench/results/scaleout.json $(SCALEOUT_ARGS)
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -21,6 +21,7 @@ from app.api import (
     jobs,
     keys,
     memories,
+    metrics,
     recall,
     rewrite,
     scratchpad,
@@ -29,6 +30,7 @@ from app.api import (
 )
 from app.api import errors as api_errors
 from app.api.limits import BodyLimitMiddleware
+from app.metrics import Metrics, RequestMetrics
 from app.resources import Resources, open_resources
 from app.settings import Settings, refuse_unworkable
 from app.wiring import Services, build_services
@@ -54,6 +56,7 @@ class State(TypedDict):
     settings: Settings
     resources: Resources
     services: Services
+    metrics: Metrics  # read by the RequestMetrics middleware
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -74,7 +77,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 else None
             )
             try:
-                yield State(settings=settings, resources=resources, services=services)
+                yield State(
+                    settings=settings,
+                    resources=resources,
+                    services=services,
+                    metrics=resources.metrics,
+                )
             finally:
                 stop.set()
                 if worker is not None:
@@ -94,8 +102,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Added first, so it runs inside the request id middleware that `install` adds.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     api_errors.install(app)
+    # Added last, so outermost: the time includes the error handlers and the request id.
+    app.add_middleware(RequestMetrics)
     for module in (
         health,
+        metrics,
         ingest,
         scratchpad,
         memories,

@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 
 from app.core import terms
 from app.core.tokens import TokenCounter
+from app.metrics import MeteredEmbedder, Metrics
 from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
 from app.providers.llm import LLM, OpenAICompatibleLLM
 from app.settings import Settings
@@ -39,6 +40,7 @@ class Resources:
     embedder: Embedder
     tokens: TokenCounter
     signals: Signals
+    metrics: Metrics
     llm: LLM | None = None  # None: every LLM use falls back to its heuristic
 
 
@@ -115,10 +117,12 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         signals.start()
         stack.push_async_callback(signals.close)
 
-        embedder = _embedder(settings)
-        stack.push_async_callback(embedder.close)
-        if isinstance(embedder, LocalUSE):
-            await asyncio.to_thread(embedder.load)
+        metrics = Metrics(settings.metrics_multiproc_dir)
+        raw_embedder = _embedder(settings)
+        stack.push_async_callback(raw_embedder.close)
+        if isinstance(raw_embedder, LocalUSE):
+            await asyncio.to_thread(raw_embedder.load)
+        embedder: Embedder = MeteredEmbedder(raw_embedder, metrics)
         await asyncio.to_thread(terms.warm_up)
 
         name = collection_name(settings.collection_prefix, embedder.model_id, embedder.dim)
@@ -150,4 +154,4 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
             embedder.model_id,
             llm.model if llm is not None else "none",
         )
-        yield Resources(settings, db, buffer, vectors, embedder, tokens, signals, llm)
+        yield Resources(settings, db, buffer, vectors, embedder, tokens, signals, metrics, llm)

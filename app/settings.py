@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -79,6 +79,24 @@ class Settings(BaseSettings):
         ge=1,
         description="the most characters of message content one ingest request may carry; "
         "more is a 413",
+    )
+
+    # Metrics (docs/scaling.md, "Metrics").
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="when set, GET /metrics requires `Authorization: Bearer <token>`; "
+        "unset: /metrics is open (keep it on a private network)",
+    )
+    metrics_multiproc_dir: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PROMETHEUS_MULTIPROC_DIR"),
+        description="PROMETHEUS_MULTIPROC_DIR, the client library's own variable: an empty "
+        "directory shared by every api process and the worker, so that a scrape of one "
+        "process reports them all. It must be in the environment (prometheus_client reads "
+        "it at import) and emptied before the processes start",
+    )
+    worker_metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="the worker serves its metrics on this port"
     )
 
     # Logs: JSON lines carrying the request id (api) and the job id (worker).

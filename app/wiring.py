@@ -18,6 +18,7 @@ from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.keys import KeyService
 from app.services.memories import MemoryService
+from app.services.metrics import MetricsService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.reindex import Reindexer
@@ -43,6 +44,7 @@ class Services:
     keys: KeyService
     export: ExportService
     erasure: ErasureService
+    metrics: MetricsService
 
 
 def build_services(resources: Resources) -> Services:
@@ -88,6 +90,7 @@ def build_services(resources: Resources) -> Services:
         # Sections of the export, in order: a feature holding user data adds its own here.
         export=ExportService(r.db, UserSections(r.db, r.buffer).all()),
         erasure=build_erasure(resources),
+        metrics=MetricsService(r.db, r.metrics),
     )
 
 

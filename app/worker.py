@@ -52,7 +52,9 @@ async def run_worker(
         )
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)
-    jobs = job_tasks.start(resources.db, settings, owner, stop, registry)
+    jobs = job_tasks.start(
+        resources.db, resources.settings, owner, stop, registry, metrics=resources.metrics
+    )
     heart = _Heart(resources, owner)
     await heart.beat()
     beating = asyncio.create_task(heart.run(stop), name="strata-heartbeat")
@@ -61,11 +63,14 @@ async def run_worker(
         while not stop.is_set():
             signals.work.clear()  # what arrives from here on is seen by this pass or wakes us
             try:
+                started = time.perf_counter()
                 done = await promoter.run_once()
-                if settings.worker_heartbeat_file is not None:
-                    settings.worker_heartbeat_file.touch()
+                resources.metrics.observe_promotion(time.perf_counter() - started, done)
+                if resources.settings.worker_heartbeat_file is not None:
+                    resources.settings.worker_heartbeat_file.touch()
             except Exception:
                 log.exception("promotion pass failed; retrying")
+                resources.metrics.promotion_failures.inc()
                 done = 0
                 await _sleep_or_stop(stop, poll)
             if done == 0 and not stop.is_set():
@@ -152,6 +157,10 @@ async def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with open_resources(settings) as resources:
+        if settings.worker_metrics_port is not None:
+            # prometheus_client's own HTTP server, on a daemon thread (scrape: GET /metrics).
+            resources.metrics.serve(settings.worker_metrics_port)
+            log.info("worker metrics on port %d", settings.worker_metrics_port)
         await run_worker(resources, stop)
 
 

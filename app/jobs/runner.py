@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from app.core.backoff import backoff_seconds
 from app.jobs.registry import JobContext, Registry
 from app.logs import job_id_var
+from app.metrics import Metrics
 from app.stores import jobs as job_store
 from app.stores.db import Database
 from app.stores.models import Job
@@ -40,8 +42,10 @@ class JobRunner:
         retry_base_seconds: float,
         retry_max_seconds: float,
         concurrency: int = 1,
+        metrics: Metrics | None = None,
     ) -> None:
         self.db = db
+        self.metrics = metrics
         self.owner = owner
         self.registry = registry
         self.lease = timedelta(seconds=lease_seconds)
@@ -93,12 +97,18 @@ class JobRunner:
         """Run a job this runner has claimed, and record how it ended. Every log line
         written meanwhile (the handler's too: its task copies this context) names the job."""
         token = job_id_var.set(str(job.id))
+        start = time.perf_counter()
         try:
-            await self._run(job)
+            outcome = await self._run(job)
+            if self.metrics is not None:
+                self.metrics.job_seconds.labels(job.kind, outcome).observe(
+                    time.perf_counter() - start
+                )
         finally:
             job_id_var.reset(token)
 
-    async def _run(self, job: Job) -> None:
+    async def _run(self, job: Job) -> str:
+        """Run the job and record its outcome: succeeded, failed (this attempt) or lost."""
         ctx = JobContext(job.id, job.tenant_id, job.kind, job.key, job.attempts, job.max_attempts)
         handler = self.registry.handlers[job.kind]
         work = asyncio.ensure_future(handler(ctx, dict(job.payload)))
@@ -110,10 +120,10 @@ class JobRunner:
             if not lost.is_set():
                 raise  # we are being cancelled ourselves, not the handler for a lost lease
             log.warning("job %s (%s): lease lost; its new owner goes on", job.id, job.kind)
-            return
+            return "lost"
         except Exception as exc:
             await self._fail(job, exc)
-            return
+            return "failed"
         finally:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
@@ -123,6 +133,8 @@ class JobRunner:
             )
         if not recorded:
             log.warning("job %s (%s): lease lost before its result was recorded", job.id, job.kind)
+            return "lost"
+        return "succeeded"
 
     async def _heartbeat(
         self, job_id: uuid.UUID, work: asyncio.Future[Any], lost: asyncio.Event

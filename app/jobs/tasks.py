@@ -9,6 +9,7 @@ from app.jobs.catalog import build_registry
 from app.jobs.registry import Registry
 from app.jobs.runner import JobRunner
 from app.jobs.scheduler import Scheduler
+from app.metrics import Metrics
 from app.settings import Settings
 from app.stores.db import Database
 
@@ -19,6 +20,7 @@ def start(
     owner: str,
     stop: asyncio.Event,
     registry: Registry | None = None,
+    metrics: Metrics | None = None,
 ) -> list[asyncio.Task[None]]:
     """Jobs of `registry` (default: every kind the service has) and its schedules."""
     registry = registry or build_registry(db, settings)
@@ -31,6 +33,7 @@ def start(
         retry_base_seconds=settings.job_retry_base_seconds,
         retry_max_seconds=settings.job_retry_max_seconds,
         concurrency=settings.job_concurrency,
+        metrics=metrics,
     )
     scheduler = Scheduler(
         db,

@@ -19,16 +19,33 @@ def _compose() -> dict[str, Any]:
 
 def test_compose_runs_the_full_stack_with_healthchecks() -> None:
     services = _compose()["services"]
-    assert set(services) == {"api", "worker", "postgres", "redis", "qdrant"}
+    assert set(services) == {"migrate", "api", "worker", "postgres", "redis", "qdrant"}
     for name, service in services.items():
-        assert service["healthcheck"]["test"], name
+        if name != "migrate":  # a one-shot: the others wait for it to exit 0
+            assert service["healthcheck"]["test"], name
     assert services["worker"]["command"] == ["python", "-m", "app.worker"]
-    for dependency in ("postgres", "redis", "qdrant"):
-        assert services["api"]["depends_on"][dependency]["condition"] == "service_healthy"
+    for name in ("api", "worker"):
+        depends = services[name]["depends_on"]
+        for dependency in ("postgres", "redis", "qdrant"):
+            assert depends[dependency]["condition"] == "service_healthy"
+        assert depends["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_compose_migrates_once_before_the_processes_start() -> None:
+    services = _compose()["services"]
+    assert services["migrate"]["command"] == ["python", "-m", "app.migrate"]
+    assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in ("api", "worker"):
+        assert services[name]["environment"]["STRATA_AUTO_MIGRATE"] == "false"
+    api = services["api"]
+    assert "--workers" in api["command"]
+    # Several api processes add their metrics up in a directory that starts empty.
+    assert api["environment"]["PROMETHEUS_MULTIPROC_DIR"] in api["tmpfs"]
 
 
 def test_compose_environment_is_understood_by_settings() -> None:
     env = {k: str(v) for k, v in _compose()["services"]["worker"]["environment"].items()}
+    assert env["STRATA_WORKER_METRICS_PORT"] == "9100"
     known = {f"STRATA_{name.upper()}" for name in Settings.model_fields}
     assert set(env) <= known, set(env) - known
     values: dict[str, Any] = {k.removeprefix("STRATA_").lower(): v for k, v in env.items()}
