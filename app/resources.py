@@ -61,7 +61,11 @@ def _embedder(settings: Settings) -> Embedder:
             timeout=settings.embedding_timeout_seconds,
         )
         return OpenAIEmbedder(client, model=settings.embedding_model, dim=settings.embedding_dim)
-    return LocalUSE(bulk_threads=settings.embed_bulk_threads)
+    return LocalUSE(
+        bulk_threads=settings.embed_bulk_threads,
+        query_batch_max=settings.embed_query_batch_max,
+        query_wait_seconds=settings.embed_query_batch_wait_ms / 1000,
+    )
 
 
 def _llm(settings: Settings) -> LLM | None:

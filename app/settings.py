@@ -85,6 +85,16 @@ class Settings(BaseSettings):
     embed_bulk_threads: int = Field(
         default=2, ge=1, le=16, description="threads for promotion's batch embedding"
     )
+    embed_query_batch_max: int = Field(
+        default=32, ge=1, le=256, description="queries of concurrent requests embedded in one call"
+    )
+    embed_query_batch_wait_ms: float = Field(
+        default=1.0,
+        ge=0,
+        le=50,
+        description="how long a query waits for companions before its model call starts "
+        "(queries that arrive while a call runs go together in the next one anyway)",
+    )
 
     # LLM (optional): any OpenAI-compatible chat completions endpoint. Unset: heuristics only.
     llm_url: str | None = Field(
