@@ -120,7 +120,13 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         else:
             from app.stores.qdrant_edge import QdrantEdgeIndex
 
-            vectors = QdrantEdgeIndex(settings.data_dir / "qdrant", name, embedder.dim)
+            vectors = QdrantEdgeIndex(
+                settings.data_dir / "qdrant",
+                name,
+                embedder.dim,
+                build_min_points=settings.index_build_min_points,
+                build_fraction=settings.index_build_fraction,
+            )
         stack.push_async_callback(vectors.close)
         await vectors.ensure_collection()
 

@@ -188,6 +188,18 @@ class Settings(BaseSettings):
         description="turn-vector cosine above which a newer statement of a change goes above "
         "an older result",
     )
+    index_build_min_points: int = Field(
+        default=10_000,
+        ge=0,
+        description="embedded index: build the HNSW graph (in the background, on a copy) once "
+        "this many points were written since the last build; 0: always brute force",
+    )
+    index_build_fraction: float = Field(
+        default=0.2,
+        ge=0,
+        le=10,
+        description="... and at least this share of the index's points",
+    )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"
     )

@@ -47,12 +47,13 @@ BATCH = 2000
 async def seed(args: argparse.Namespace) -> None:
     for name in ("STRATA_DATABASE_URL", "STRATA_REDIS_URL", "STRATA_QDRANT_URL"):
         os.environ.pop(name, None)
-    settings = Settings(data_dir=args.data_dir, log_level="WARNING")
+    # No background builds while seeding (`--build-index` builds once, at the end).
+    settings = Settings(data_dir=args.data_dir, log_level="WARNING", index_build_min_points=0)
     rng = random.Random(args.seed)
-    pool = list(dict.fromkeys(message_text(rng) for _ in range(args.pool)))
+    pool = list(dict.fromkeys(message_text(rng) for _ in range(args.pool if args.memories else 0)))
     start = time.perf_counter()
     async with open_resources(settings) as r:
-        vecs = np.asarray(await r.embedder.embed(pool, bulk=True), dtype=np.float32)
+        vecs = np.asarray(await r.embedder.embed(pool, bulk=True) if pool else [], np.float32)
         print(f"embedded {len(pool)} sentences in {time.perf_counter() - start:.1f}s", flush=True)
         base = datetime.now(UTC) - timedelta(days=365)
         nrng = np.random.default_rng(args.seed)
