@@ -100,6 +100,7 @@ class QdrantEdgeIndex:
 
     async def ensure_collection(self) -> None:
         await asyncio.to_thread(self._open)
+        self._maybe_build()  # a grown index from before this version, or a cut-short build
 
     def _open(self) -> None:
         import qdrant_edge as qe
@@ -246,7 +247,10 @@ class QdrantEdgeIndex:
             )
         # One planned batch: both lists share a pass over the segments.
         lists = await self._run(lambda: self._shard.query_batch(qe.QueryBatchRequest(requests)))
-        hits = [[_hit(p) for p in points] for points in lists]
+        # Reading a hit's vectors builds ~1,500 Python floats: the costliest step of a
+        # recall after the search itself (profiled), so a point in both lists is read once.
+        seen: dict[Any, VectorHit] = {}
+        hits = [[_hit(p, seen) for p in points] for points in lists]
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
     async def count(self) -> int:
@@ -407,16 +411,23 @@ class QdrantEdgeIndex:
 _VECTORS = ("dense", "turn", "sparse")
 
 
-def _hit(p: Any) -> VectorHit:
-    named = p.vector if isinstance(p.vector, dict) else {}
-    dense = list(named.get("dense") or [])
+def _hit(p: Any, seen: dict[Any, VectorHit]) -> VectorHit:
+    pid = p.id
+    known = seen.get(pid)
+    if known is not None:  # the same point in the other list: only its score differs
+        return VectorHit(known.id, p.score, known.payload, known.vectors)
+    vector = p.vector  # each attribute read converts the point anew: once only
+    named = vector if isinstance(vector, dict) else {}
+    dense = named.get("dense") or []
     sparse = named.get("sparse")
     vectors = StoredVectors(
         dense=dense,
-        turn=list(named.get("turn") or dense),
+        turn=named.get("turn") or dense,
         sparse_ids=list(getattr(sparse, "indices", None) or []),
     )
-    return VectorHit(_as_uuid(p.id), p.score, MemoryPayload.from_dict(p.payload or {}), vectors)
+    hit = VectorHit(_as_uuid(pid), p.score, MemoryPayload.from_dict(p.payload or {}), vectors)
+    seen[pid] = hit
+    return hit
 
 
 def _as_uuid(value: Any) -> uuid.UUID:
