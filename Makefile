@@ -8,7 +8,7 @@ PORT ?= 8000
 LOCOMO ?= ../shared/bench/locomo/locomo10.json
 LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
-.PHONY: install run worker test check fmt openapi bench bench-recall clean
+.PHONY: install run worker test check fmt openapi bench bench-recall bench-scale bench-scale-quick clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ bench: install  ## service levels and LoCoMo retrieval, on a fresh embedded serv
 
 bench-recall: install  ## the bilingual development set and LongMemEval_S (100 questions)
 	SUITES="bilingual longmemeval" LONGMEMEVAL=$(LONGMEMEVAL) bash bench/run.sh
+
+bench-scale: install  ## recall and context at 1k/10k/100k memories, 1/8/16 clients (bench/README.md)
+	$(BIN)/python bench/scale.py --build-index $(SCALE_ARGS)
+
+bench-scale-quick: install  ## the same at 1k and 10k, 1 and 8 clients: under 5 minutes
+	$(BIN)/python bench/scale.py --build-index --quick $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -211,15 +211,22 @@ def table(report: dict[str, Any]) -> str:
                 if x["p50"] is None:
                     cells.append("errors")
                     continue
+                # Server CPU per answer: the figure least coloured by a busy machine.
+                per = 1000 * x["server_cpu"] / x["rate"] if x["rate"] else float("nan")
                 cells.append(
                     f"{x['p50']:.1f} / {x['p99']:.1f} ms · {x['rate']:.0f}/s · "
-                    f"cli {100 * x['client_cpu']:.0f}% srv {100 * x['server_cpu']:.0f}%"
+                    f"cli {100 * x['client_cpu']:.0f}% · srv {per:.1f} ms CPU/req"
                 )
             lines.append(f"| {int(size):,} | {path} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--table":  # re-print saved reports
+        for path in sys.argv[2:]:
+            report = json.loads(Path(path).read_text())
+            print(f"{report['label']} ({path}):\n{table(report)}\n")
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--repo", type=Path, default=HERE.parent, help="the server's checkout")
     p.add_argument("--label", default="after")
