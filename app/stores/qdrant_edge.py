@@ -340,6 +340,7 @@ class QdrantEdgeIndex:
                 self._journal = []
                 return int(self._shard.count(qe.CountRequest(exact=True)))
 
+        built: Any = None
         try:
             built_points = await asyncio.to_thread(copy)
             # The build holds its process's GIL for minutes: a child process, at low
@@ -386,6 +387,8 @@ class QdrantEdgeIndex:
                 self._child.kill()
                 await self._child.wait()
             if self.path != target:
+                if built is not None:
+                    await asyncio.to_thread(built.close)
                 await asyncio.to_thread(shutil.rmtree, target, True)
             raise
         finally:
