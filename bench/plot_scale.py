@@ -1,4 +1,5 @@
-"""Plot recall p50/p99 against memories per user, before and after, from `scale.py` reports.
+"""Plot recall p50/p99 (and the server's CPU per answer) against memories per user, before
+and after, from `scale.py` reports.
 
     python bench/plot_scale.py BEFORE.json AFTER.json --out bench/recall_scale.png
 
@@ -26,8 +27,26 @@ def main() -> None:
     args = p.parse_args()
     reports: list[dict[str, Any]] = [json.loads(r.read_text()) for r in args.reports]
     clients = sorted({c for r in reports for c in r["clients"]})
-    fig, axes = plt.subplots(1, len(clients), figsize=(4.2 * len(clients), 3.6), squeeze=False)
+    fig, axes = plt.subplots(2, len(clients), figsize=(4.2 * len(clients), 7), squeeze=False)
     styles = {"p50": "-o", "p99": "--s"}
+    for ax, c in zip(axes[1], clients, strict=True):
+        # The server's CPU per answer: the figure a busy shared machine colours least.
+        for r in reports:
+            sizes = sorted(int(s) for s in r["sizes"])
+            cells = [r["sizes"][str(s)][args.path].get(str(c)) for s in sizes]
+            pts = [
+                (s, 1000 * x["server_cpu"] / x["rate"])
+                for s, x in zip(sizes, cells, strict=True)
+                if x and x.get("rate")
+            ]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), "-^", label=f"{r['label']}")
+        ax.set_xscale("log")
+        ax.set_xlabel("memories for the user")
+        ax.set_ylabel("server CPU per answer, ms")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", lw=0.3)
+        ax.legend(fontsize=7)
     for ax, c in zip(axes[0], clients, strict=True):
         for r in reports:
             sizes = sorted(int(s) for s in r["sizes"])

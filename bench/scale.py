@@ -224,8 +224,8 @@ def table(report: dict[str, Any]) -> str:
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--table":  # re-print saved reports
         for path in sys.argv[2:]:
-            report = json.loads(Path(path).read_text())
-            print(f"{report['label']} ({path}):\n{table(report)}\n")
+            saved = json.loads(Path(path).read_text())
+            print(f"{saved['label']} ({path}):\n{table(saved)}\n")
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--repo", type=Path, default=HERE.parent, help="the server's checkout")
