@@ -40,6 +40,10 @@ def pid(i: int) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"build-test/{i}")
 
 
+def generations(root: Path) -> list[str]:
+    return sorted(p.name for p in root.glob("c.gen*"))
+
+
 def query_for(p: VectorPoint, limit: int = 5) -> VectorQuery:
     return VectorQuery(TENANT, USER, p.dense, terms.query_vector("note"), limit)
 
@@ -120,5 +124,6 @@ async def test_closing_during_a_build_leaves_the_live_directory_alone(tmp_path: 
     reopened = QdrantEdgeIndex(tmp_path, "c", DIM)
     await reopened.ensure_collection()
     assert await reopened.count() == 300
-    assert not list(tmp_path.glob("c.gen*")) or reopened.path.name.startswith("c.gen")
+    # Either the build was cut short and its copy removed, or it finished and is live.
+    assert generations(tmp_path) in ([], [reopened.path.name])
     await reopened.close()
