@@ -8,7 +8,7 @@ PORT ?= 8000
 LOCOMO ?= ../shared/bench/locomo/locomo10.json
 LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
-.PHONY: install run worker migrate test check fmt openapi bench bench-recall bench-mem0 bench-scaleout clean
+.PHONY: install run worker migrate test check fmt openapi bench bench-recall bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ bench-mem0: install $(MEM0_VENV)/.installed  ## Strata beside Mem0 on LoCoMo (CO
 bench-scaleout: install  ## 1 -> 2 api processes and workers on PostgreSQL + Redis (docs/scaling.md)
 	mkdir -p bench/results
 	$(BIN)/python bench/scaleout.py --out bench/results/scaleout.json $(SCALEOUT_ARGS)
+
+bench-scale: install  ## recall and context at 1k/10k/100k memories, 1/8/16 clients (bench/README.md)
+	$(BIN)/python bench/scale.py --build-index $(SCALE_ARGS)
+
+bench-scale-quick: install  ## the same at 1k and 10k, 1 and 8 clients: under 5 minutes
+	$(BIN)/python bench/scale.py --build-index --quick $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .ruff_cache .pytest_cache .hypothesis

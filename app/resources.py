@@ -74,7 +74,11 @@ def _embedder(settings: Settings) -> Embedder:
             timeout=settings.embedding_timeout_seconds,
         )
         return OpenAIEmbedder(client, model=settings.embedding_model, dim=settings.embedding_dim)
-    return LocalUSE(bulk_threads=settings.embed_bulk_threads)
+    return LocalUSE(
+        bulk_threads=settings.embed_bulk_threads,
+        query_batch_max=settings.embed_query_batch_max,
+        query_wait_seconds=settings.embed_query_batch_wait_ms / 1000,
+    )
 
 
 def _llm(settings: Settings) -> LLM | None:
@@ -138,7 +142,13 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         else:
             from app.stores.qdrant_edge import QdrantEdgeIndex
 
-            vectors = QdrantEdgeIndex(settings.data_dir / "qdrant", name, embedder.dim)
+            vectors = QdrantEdgeIndex(
+                settings.data_dir / "qdrant",
+                name,
+                embedder.dim,
+                build_min_points=settings.index_build_min_points,
+                build_fraction=settings.index_build_fraction,
+            )
         stack.push_async_callback(vectors.close)
         await vectors.ensure_collection()
 

@@ -192,6 +192,16 @@ class Settings(BaseSettings):
     embed_bulk_threads: int = Field(
         default=2, ge=1, le=16, description="threads for promotion's batch embedding"
     )
+    embed_query_batch_max: int = Field(
+        default=32, ge=1, le=256, description="queries of concurrent requests embedded in one call"
+    )
+    embed_query_batch_wait_ms: float = Field(
+        default=1.0,
+        ge=0,
+        le=50,
+        description="how long a query waits for companions before its model call starts "
+        "(queries that arrive while a call runs go together in the next one anyway)",
+    )
 
     # LLM (optional): any OpenAI-compatible chat completions endpoint. Unset: heuristics only.
     llm_url: str | None = Field(
@@ -290,6 +300,18 @@ class Settings(BaseSettings):
         le=1,
         description="turn-vector cosine above which a newer statement of a change goes above "
         "an older result",
+    )
+    index_build_min_points: int = Field(
+        default=10_000,
+        ge=0,
+        description="embedded index: build the HNSW graph (in the background, on a copy) once "
+        "this many points were written since the last build; 0: always brute force",
+    )
+    index_build_fraction: float = Field(
+        default=0.2,
+        ge=0,
+        le=10,
+        description="... and at least this share of the index's points",
     )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"

@@ -25,6 +25,9 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
@@ -45,6 +48,24 @@ class Calibration:
             + self.shift
         )
         return sigmoid(z)
+
+    def many(
+        self,
+        cos_turn: NDArray[np.float64],
+        cos_chunk: NDArray[np.float64],
+        cov_own: NDArray[np.float64],
+        cov_chunk: NDArray[np.float64],
+    ) -> NDArray[np.float64]:
+        """`__call__` over arrays of candidates (the same sums in the same order)."""
+        z = (
+            self.cos_turn * cos_turn
+            + self.cos_chunk * cos_chunk
+            + self.cov_own * cov_own
+            + self.cov_chunk * cov_chunk
+            + self.bias
+            + self.shift
+        )
+        return sigmoid_many(z)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +92,13 @@ def sigmoid(z: float) -> float:
         return 1.0 / (1.0 + math.exp(-z))
     e = math.exp(z)
     return e / (1.0 + e)
+
+
+def sigmoid_many(z: NDArray[np.float64]) -> NDArray[np.float64]:
+    """`sigmoid` elementwise, with the same two branches (no overflow either way)."""
+    e = np.exp(-np.abs(z))
+    out: NDArray[np.float64] = np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return out
 
 
 def coverage(query_terms: Collection[int], terms: Collection[int]) -> float:

@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 
 from app.errors import EmbeddingRejected, ProviderTimeout, ProviderUnavailable
+from app.providers.batching import QueryBatcher
 
 
 class Embedder(Protocol):
@@ -32,20 +33,26 @@ class Embedder(Protocol):
 class LocalUSE:
     """Google's multilingual Universal Sentence Encoder v3 (512-d), shipped in the wheel.
 
-    Queries run on their own thread, so a recall never waits behind promotion's batches;
-    batches are split over `bulk_threads` threads (the forward pass releases the GIL).
+    Queries run on their own thread, so a recall never waits behind promotion's batches,
+    and the queries of concurrent requests share one model call (`QueryBatcher`); batches
+    are split over `bulk_threads` threads (the forward pass releases the GIL).
     """
 
     model_id = "use-m3"
     dim = 512
     batch_size = 64
 
-    def __init__(self, bulk_threads: int = 2) -> None:
+    def __init__(
+        self, bulk_threads: int = 2, *, query_batch_max: int = 32, query_wait_seconds: float = 0.001
+    ) -> None:
         self._queries = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embed-q")
         self._bulk = concurrent.futures.ThreadPoolExecutor(
             bulk_threads, thread_name_prefix="embed-bulk"
         )
         self._model: Any = None
+        self.batcher = QueryBatcher(
+            self._encode_queries, max_batch=query_batch_max, wait_seconds=query_wait_seconds
+        )
 
     def load(self) -> None:
         from threadpoolctl import threadpool_limits
@@ -63,25 +70,34 @@ class LocalUSE:
             out.extend(vecs.astype(np.float32).tolist())
         return out
 
+    async def _encode_queries(self, texts: list[str]) -> list[list[float]]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._queries, self._encode_ordered, texts)
+
+    def _encode_ordered(self, texts: list[str]) -> list[list[float]]:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = self._encode([texts[i] for i in order])
+        out: list[list[float]] = [[] for _ in texts]
+        for position, index in enumerate(order):
+            out[index] = vectors[position]
+        return out
+
     async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
         if not texts:
             return []
+        if not bulk:
+            return list(await asyncio.gather(*(self.batcher.embed(t) for t in texts)))
         loop = asyncio.get_running_loop()
         # A batch is padded to its longest text: one 15,000-character turn among 63 short
         # ones made a batch take 15.3 s instead of 2.1 s. Batches of like lengths, then the
         # caller's order back.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         ordered = [texts[i] for i in order]
-        if not bulk:
-            vectors = await loop.run_in_executor(self._queries, self._encode, ordered)
-        else:
-            parts = [
-                ordered[i : i + self.batch_size] for i in range(0, len(ordered), self.batch_size)
-            ]
-            done = await asyncio.gather(
-                *(loop.run_in_executor(self._bulk, self._encode, part) for part in parts)
-            )
-            vectors = [vector for part in done for vector in part]
+        parts = [ordered[i : i + self.batch_size] for i in range(0, len(ordered), self.batch_size)]
+        done = await asyncio.gather(
+            *(loop.run_in_executor(self._bulk, self._encode, part) for part in parts)
+        )
+        vectors = [vector for part in done for vector in part]
         out: list[list[float]] = [[] for _ in texts]
         for position, index in enumerate(order):
             out[index] = vectors[position]

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from app.core import reinforcement, terms
@@ -70,6 +70,7 @@ class RecallService:
         self._flusher: asyncio.Task[None] | None = None
         # The user's highest access count normalises importance; a few seconds stale is fine.
         self._max_access: dict[tuple[str, str], tuple[float, int]] = {}
+        self._max_access_reads: dict[tuple[str, str], asyncio.Future[int]] = {}
         self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
 
     async def recall(self, tenant_id: str, body: RecallRequest) -> RecallResponse:
@@ -151,16 +152,35 @@ class RecallService:
         return vector
 
     async def _max_access_count(self, tenant_id: str, user_id: str) -> int:
+        """Read from SQL once per user per `MAX_ACCESS_TTL_SECONDS`, by one request (the
+        others of that moment await the same read): not a query per recall. This
+        process's own reinforcement raises the cached value as it writes (`flush`)."""
         key = (tenant_id, user_id)
         cached = self._max_access.get(key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        reading = self._max_access_reads.get(key)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read_max_access(tenant_id, user_id))
+            self._max_access_reads[key] = reading
+            reading.add_done_callback(lambda _: self._max_access_reads.pop(key, None))
+        return await asyncio.shield(reading)
+
+    async def _read_max_access(self, tenant_id: str, user_id: str) -> int:
         async with self.db.read() as tx:
             value = await memory_store.max_access_count(tx, tenant_id, user_id)
         if len(self._max_access) > 10_000:
             self._max_access.clear()
-        self._max_access[key] = (time.monotonic() + MAX_ACCESS_TTL_SECONDS, value)
+        self._max_access[(tenant_id, user_id)] = (time.monotonic() + MAX_ACCESS_TTL_SECONDS, value)
         return value
+
+    def _raise_max_access(
+        self, tenant_id: str, user_id: str, uses: Iterable[reinforcement.Use]
+    ) -> None:
+        cached = self._max_access.get((tenant_id, user_id))
+        if cached is not None:
+            top = max((u.access_count for u in uses), default=0)
+            self._max_access[(tenant_id, user_id)] = (cached[0], max(cached[1], top))
 
     def reinforce_later(self, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]) -> None:
         """Count an access of each memory; written by the next flush. A failed flush keeps
@@ -197,7 +217,7 @@ class RecallService:
                     ok = False
                     break  # the store is failing; keep everything for a later flush
                 del pending[(tenant_id, user_id)]
-                self._max_access.pop((tenant_id, user_id), None)
+                self._raise_max_access(tenant_id, user_id, new.values())
                 try:
                     await self.vectors.set_payload(
                         [

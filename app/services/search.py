@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
@@ -21,7 +22,7 @@ from app.core.rewrite import Rewrite, Turn
 from app.schemas.common import Source
 from app.schemas.recall import RecallResult, Scores
 from app.settings import Settings
-from app.stores.vectors import CandidateLists, VectorHit
+from app.stores.vectors import CandidateLists, MemoryPayload, VectorHit
 
 if TYPE_CHECKING:
     from app.schemas.recall import RecallRequest
@@ -190,6 +191,75 @@ class Score:
         return scoring.Weights(s.weight_semantic, s.weight_recency, s.weight_importance)
 
     def __call__(self, spec: SearchSpec, pool: Pool) -> list[Candidate]:
+        """The pool scored and ranked, each step over numpy arrays of the candidates; the
+        same numbers as `scalar` (tests/unit/test_search.py holds them to it)."""
+        now = spec.as_of or datetime.now(UTC)
+        w = (spec.weights or self.default_weights()).normalised()
+        hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.settings.candidate_pool))
+        if not hits:
+            return []
+        n = len(hits)
+        chunk_cos, turn_cos = self._cosines(pool, hits)
+        cov_own, cov_chunk = np.empty(n), np.empty(n)
+        index_terms, asking = np.empty(n), np.zeros(n, dtype=bool)
+        fused = np.empty(n)
+        last, intrinsic, access = np.empty(n), np.empty(n), np.empty(n)
+        for i, (hit, f) in enumerate(hits):
+            p = hit.payload
+            own_terms, index_terms[i], asking[i] = analysis(
+                p.content, p.role, self.penalties.asking_terms
+            )
+            chunk_terms = set(hit.vectors.sparse_ids) if hit.vectors else own_terms
+            cov_own[i] = relevance.coverage(pool.query_terms, own_terms)
+            cov_chunk[i] = relevance.coverage(pool.query_terms, chunk_terms | own_terms)
+            fused[i] = f
+            last[i] = (now - (p.last_accessed_at or p.created_at)).total_seconds()
+            intrinsic[i] = 1.0 if p.pinned else p.importance
+            access[i] = p.access_count
+        rel = self.calibration.many(turn_cos, chunk_cos, cov_own, cov_chunk)
+        # ranking.own_match and ranking.penalty_factor, elementwise
+        with np.errstate(divide="ignore", invalid="ignore"):
+            term_share = np.where(cov_chunk > 0, cov_own / np.where(cov_chunk > 0, cov_chunk, 1), 0)
+        vector_share = np.minimum(1.0, np.maximum(0.0, turn_cos / np.maximum(chunk_cos, 1e-9)))
+        own = np.minimum(1.0, np.maximum(term_share, vector_share))
+        pen = self.penalties
+        factor = 1.0 - pen.context_only * (1.0 - np.minimum(1.0, np.maximum(0.0, own)))
+        factor = np.where(index_terms <= pen.short_terms, factor * (1.0 - pen.short), factor)
+        factor = np.where(asking, factor * (1.0 - pen.asking_only), factor)
+        fused_norm = np.minimum(1.0, np.maximum(0.0, fused / self.fusion.best())) * factor
+        share = self.settings.relevance_share
+        key = (1 - share) * fused_norm + share * rel
+        s = self.settings
+        days = np.maximum(0.0, last / scoring.SECONDS_PER_DAY)
+        recency = _unit_interval(np.exp(-s.recency_lambda_per_day * days))
+        used = access / pool.max_access if pool.max_access > 0 else np.zeros(n)
+        w_imp = s.importance_intrinsic_share
+        importance = _unit_interval(
+            w_imp * _unit_interval(intrinsic) + (1 - w_imp) * _unit_interval(used)
+        )
+        w2 = w.normalised()  # as `scoring.combine` does
+        score = _unit_interval(
+            w2.semantic * key + w2.recency * recency + w2.importance * importance
+        )
+        candidates = [
+            Candidate(hit, float(rel[i]), float(recency[i]), float(importance[i]), float(score[i]))
+            for i, (hit, _) in enumerate(hits)
+        ]
+        return sorted(candidates, key=lambda c: c.score, reverse=True)
+
+    @staticmethod
+    def _cosines(
+        pool: Pool, hits: list[tuple[VectorHit, float]]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Each candidate's (indexed vector, own turn vector) cosine with the query."""
+        q = _unit_rows(np.asarray([pool.query_vector], dtype=np.float32))[0]
+        cos_chunk = _unit_rows(_stack([h.vectors.dense if h.vectors else [] for h, _ in hits]))
+        cos_turn = _unit_rows(_stack([h.vectors.turn if h.vectors else [] for h, _ in hits]))
+        return (cos_chunk @ q).astype(np.float64), (cos_turn @ q).astype(np.float64)
+
+    def scalar(self, spec: SearchSpec, pool: Pool) -> list[Candidate]:
+        """`__call__` one candidate at a time through the pure functions of `app.core`:
+        the reference the vectorised form is tested against."""
         now = spec.as_of or datetime.now(UTC)
         w = (spec.weights or self.default_weights()).normalised()
         hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.settings.candidate_pool))
@@ -262,6 +332,23 @@ def fused_pool(
     fused = ranking.fuse(dense, [h.id for h in pool.lists.sparse], fusion)
     best = sorted(fused.items(), key=lambda kv: kv[1], reverse=True)[:limit]
     return [(by_id[key], score) for key, score in best]
+
+
+@lru_cache(maxsize=100_000)
+def analysis(content: str, role: str | None, asking_terms: int) -> tuple[frozenset[int], int, bool]:
+    """What scoring needs of a memory's text, computed once per text (tokenizing is the
+    costliest step of scoring, and a user's memories come back again and again):
+    the index terms of its content, the number of index terms of its own text (without
+    "speaker: "), and whether it is an assistant turn that only asks."""
+    text = MemoryPayload.text_of(content, role)
+    own = frozenset(terms.term_id(t) for t in terms.tokenize(content))
+    return own, len(terms.tokenize(text)), ranking.asks_only(role, text, asking_terms)
+
+
+def _unit_interval(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """`scoring._unit` elementwise: NaN to 0, then clipped to [0, 1]."""
+    out: NDArray[np.float64] = np.clip(np.nan_to_num(x, nan=0.0), 0.0, 1.0)
+    return out
 
 
 def _stack(rows: list[list[float]]) -> NDArray[np.float32]:

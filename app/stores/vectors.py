@@ -141,9 +141,13 @@ class MemoryPayload:
     @property
     def text(self) -> str:
         """The content without the "speaker: " a promoted turn starts with."""
-        if self.role is None:
-            return self.content
-        return self.content.partition(": ")[2] or self.content
+        return self.text_of(self.content, self.role)
+
+    @staticmethod
+    def text_of(content: str, role: str | None) -> str:
+        if role is None:
+            return content
+        return content.partition(": ")[2] or content
 
 
 def _epoch(dt: datetime | None) -> float | None:

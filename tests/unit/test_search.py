@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -224,7 +225,8 @@ def test_scores_stay_in_the_unit_interval_and_sorted(
         for n, (x, age, imp, acc, pin) in enumerate(rows)
     ]
     pool = Pool(CandidateLists(hits, hits[::2]), 50, QUERY, frozenset({1, 2}))
-    ranked_ = score(spec(weights=scoring.Weights(*weights)), pool)
+    # top_k above the candidate pool (30), so that every hit is scored
+    ranked_ = score(spec(weights=scoring.Weights(*weights), top_k=40), pool)
     assert sorted(c.hit.id for c in ranked_) == sorted(h.id for h in hits)
     assert [c.score for c in ranked_] == sorted((c.score for c in ranked_), reverse=True)
     for c in ranked_:
@@ -298,3 +300,70 @@ async def test_min_relevance_keeps_summaries_asked_for_by_period() -> None:
     )
     kept = await MinRelevance()(spec, [low_memory, summary])
     assert [c.hit.id for c in kept] == [summary.hit.id]
+
+
+WORDS = ["hike", "Alps", "dumplings", "Lisbon", "guitar", "吉他", "北京", "烤鸭", "ticket",
+         "visa", "sister", "Maria", "ok", "yes"]  # fmt: skip
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=8),  # content words
+            st.sampled_from([None, "user", "assistant"]),
+            st.booleans(),  # ends with a question mark
+            st.lists(st.floats(-1, 1), min_size=3, max_size=3),  # dense
+            st.lists(st.floats(-1, 1), min_size=3, max_size=3),  # turn
+            st.floats(0, 3000),  # days old
+            st.floats(0, 1),  # importance
+            st.integers(0, 50),  # access count
+            st.booleans(),  # pinned
+        ),
+        max_size=40,
+    ),
+    st.lists(st.sampled_from(WORDS), max_size=5),  # query words
+    st.integers(0, 60),  # the user's highest access count
+    st.tuples(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10)),
+)
+def test_the_vectorised_score_gives_the_scalar_scores_and_order(
+    rows: list[
+        tuple[list[str], str | None, bool, list[float], list[float], float, float, int, bool]
+    ],
+    query_words: list[str],
+    max_access: int,
+    weights: tuple[float, float, float],
+) -> None:
+    hits = []
+    for n, (words, role, asks, dense, turn, age, imp, acc, pin) in enumerate(rows):
+        text = " ".join(words) + ("?" if asks else ".")
+        content = f"{role}: {text}" if role else text
+        extra: dict[str, Any] = {"role": role} if role else {}
+        hits.append(
+            hit(
+                n,
+                content=content,
+                dense=dense,
+                turn=turn,
+                days_old=age,
+                importance=imp,
+                access_count=acc,
+                pinned=int(pin),
+                **extra,
+            )
+        )
+    query = " ".join(query_words) or "q"
+    q_terms = frozenset(terms.term_id(t) for t in terms.tokenize(query))
+    pool = Pool(CandidateLists(hits, hits[::-1][::2]), max_access, QUERY, q_terms)
+    s = spec(query=query, weights=scoring.Weights(*weights), top_k=40)
+    fast, slow = score(s, pool), score.scalar(s, pool)
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        for x, y in ((a.semantic, b.semantic), (a.recency, b.recency),
+                     (a.importance, b.importance), (a.score, b.score)):  # fmt: skip
+            assert abs(x - y) <= 1e-9
+    # Same order, up to candidates whose scores tie within rounding.
+    by_id = {c.hit.id: c.score for c in slow}
+    assert all(by_id[a.hit.id] >= by_id[b.hit.id] - 1e-9 for a, b in itertools.pairwise(fast))
+    assert [c.hit.id for c in fast] == [c.hit.id for c in slow] or all(
+        abs(a.score - b.score) <= 1e-9 for a, b in zip(fast, slow, strict=True)
+    )
