@@ -143,6 +143,25 @@ class SessionUserConflict(Conflict):
         super().__init__(f"session {session_id!r} belongs to another user")
 
 
+class MemoryNotForgotten(Conflict):
+    code = "memory_not_forgotten"
+    title = "Memory is not forgotten"
+    description = "Only a memory the forgetting sweep removed can be restored."
+
+    def __init__(self, memory_id: uuid.UUID) -> None:
+        super().__init__(f"memory {memory_id} is not forgotten; there is nothing to restore")
+
+
+class MemoryPurged(AppError):
+    status = 410
+    code = "memory_purged"
+    title = "Memory purged"
+    description = "The memory was forgotten and its grace period is over: its content is gone."
+
+    def __init__(self, memory_id: uuid.UUID) -> None:
+        super().__init__(f"memory {memory_id} was forgotten and purged; it cannot be restored")
+
+
 class PayloadTooLarge(AppError):
     status = 413
     code = "payload_too_large"

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from app import logs
 from app.api import (
+    admin,
     context,
     health,
     ingest,
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     api_errors.install(app)
-    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
+    routers = (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs)
+    for module in (*routers, admin):
         app.include_router(module.router)
     return app

@@ -16,6 +16,7 @@ import httpx
 from redis.asyncio import Redis
 
 from app.core import terms
+from app.core.clock import Clock, utc_now
 from app.core.tokens import TokenCounter
 from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
 from app.providers.llm import LLM, OpenAICompatibleLLM
@@ -36,6 +37,8 @@ class Resources:
     embedder: Embedder
     tokens: TokenCounter
     llm: LLM | None = None  # None: every LLM use falls back to its heuristic
+    # "Now" for reinforcement and forgetting: a test or a simulation moves it (app.core.clock).
+    clock: Clock = utc_now
 
 
 def _redis(settings: Settings) -> Redis:

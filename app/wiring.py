@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from app.resources import Resources
 from app.services.context import ContextService
+from app.services.forgetting import ForgettingService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
+from app.services.maintenance import MaintenanceService
 from app.services.memories import MemoryService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
@@ -37,6 +39,8 @@ class Services:
     rewrite: RewriteService
     scratchpad: ScratchpadService
     summaries: SummaryService
+    forgetting: ForgettingService
+    maintenance: MaintenanceService
 
 
 def build_services(resources: Resources) -> Services:
@@ -52,7 +56,9 @@ def build_services(resources: Resources) -> Services:
         rewriter=rewrite.for_search,
         # docs/seams.md: newer statements of a change first, then the relevance floor.
         stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
+        clock=r.clock,
     )
+    jobs = JobService(r.db, max_attempts=r.settings.job_max_attempts)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
     return Services(
         ingest=ingest,
@@ -70,16 +76,23 @@ def build_services(resources: Resources) -> Services:
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
         ),
-        jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
+        jobs=jobs,
         rewrite=rewrite,
         scratchpad=scratchpad,
         summaries=summaries,
+        forgetting=build_forgetting(resources),
+        maintenance=MaintenanceService(jobs),
     )
 
 
 def build_summaries(resources: Resources) -> SummaryService:
     r = resources
     return SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
+
+
+def build_forgetting(resources: Resources) -> ForgettingService:
+    r = resources
+    return ForgettingService(r.db, r.vectors, build_reindexer(resources), r.settings, clock=r.clock)
 
 
 def build_reindexer(resources: Resources) -> Reindexer:

@@ -22,7 +22,7 @@ from app.jobs.reindex import REINDEX
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.stores.buffer import WakeListener
-from app.wiring import build_promoter, build_reindexer, build_summaries
+from app.wiring import build_forgetting, build_promoter, build_reindexer, build_summaries
 
 log = logging.getLogger("strata.worker")
 
@@ -43,6 +43,8 @@ async def run_worker(
             resources.settings,
             summary_service=build_summaries(resources),
             reindexer=build_reindexer(resources),
+            forgetting=build_forgetting(resources),
+            promote=promoter.run_once,
         )
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)

@@ -90,6 +90,9 @@ def full_settings(pg: str, **overrides: Any) -> Settings:
         "worker_poll_seconds": 0.2,
         "wait_timeout_seconds": 180,  # generous: a slow CI machine must not flake
         "data_dir": Path("/nonexistent-full-stack-uses-no-files"),
+        # Shared apps hold old imported histories: a sweep at start would forget them.
+        # Forgetting tests turn it on for apps (or users) of their own.
+        "forgetting_enabled": False,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)
@@ -100,6 +103,7 @@ def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
         "data_dir": data_dir,
         "worker_poll_seconds": 0.2,
         "wait_timeout_seconds": 180,
+        "forgetting_enabled": False,  # as full_settings
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)

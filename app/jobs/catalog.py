@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from app.jobs import forgetting as forgetting_jobs
 from app.jobs import housekeeping, reindex, summaries
+from app.jobs.forgetting import PromotePass
 from app.jobs.registry import Registry
+from app.services.forgetting import ForgettingService
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
 from app.settings import Settings
@@ -18,6 +21,8 @@ def build_registry(
     *,
     summary_service: SummaryService | None = None,
     reindexer: Reindexer | None = None,
+    forgetting: ForgettingService | None = None,
+    promote: PromotePass | None = None,
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
     service or the reindexer (a test, a tool, a process without the vector index) leaves
@@ -28,4 +33,17 @@ def build_registry(
         summaries.register(registry, summary_service)
     if reindexer is not None:
         reindex.register(registry, reindexer)
+    if forgetting is not None:
+        forgetting_jobs.register_sweep(
+            registry, forgetting, every=timedelta(hours=settings.forgetting_sweep_hours)
+        )
+        if summary_service is not None and reindexer is not None:
+            forgetting_jobs.register_maintenance(
+                registry,
+                forgetting=forgetting,
+                summaries=summary_service,
+                reindexer=reindexer,
+                promote=promote,
+                clock=forgetting.clock,
+            )
     return registry

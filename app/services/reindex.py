@@ -73,16 +73,26 @@ class Reindexer:
         self.embedder = embedder
         self.settings = settings
 
-    async def rebuild(self, batch: int = BATCH) -> dict[str, Any]:
-        """Every live memory's point; returns {"memories": n, "batches": m}."""
+    async def rebuild(
+        self,
+        batch: int = BATCH,
+        *,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Every live memory's point (of one tenant or user, when given); returns
+        {"memories": n, "batches": m}. A dry run counts them and writes nothing."""
         after: tuple[str, uuid.UUID] | None = None
         memories = batches = 0
         while True:
             async with self.db.read() as tx:
-                rows = await memory_store.live_page(tx, after=after, limit=batch)
+                rows = await memory_store.live_page(
+                    tx, after=after, limit=batch, tenant_id=tenant_id, user_id=user_id
+                )
             if not rows:
                 break
-            memories += await self.rebuild_rows(rows)
+            memories += len(rows) if dry_run else await self.rebuild_rows(rows)
             batches += 1
             after = (rows[-1].tenant_id, rows[-1].id)
             log.info("reindex: %d memories in %d batches", memories, batches)
