@@ -21,6 +21,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
     "/forgetting",
     summary="The tenant's forgetting policy (defaults where it set nothing)",
     response_model=ForgettingPolicyOut,
+    responses=problem_responses(),
 )
 async def get_forgetting(tenant: TenantDep, forgetting: ForgettingDep) -> ForgettingPolicyOut:
     policy = await forgetting.policy(tenant)
