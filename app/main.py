@@ -27,6 +27,7 @@ from app.api import (
     summaries,
 )
 from app.api import errors as api_errors
+from app.core.clock import Clock
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.wiring import Services, build_services
@@ -48,14 +49,17 @@ class State(TypedDict):
     services: Services
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The app on `settings` (default: read from the environment, now, not at import)."""
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    """The app on `settings` (default: read from the environment, now, not at import).
+    `clock` moves "now" for reinforcement and forgetting (simulations, bench/forgetting.py)."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         logs.configure(settings.log_level, settings.log_format)
         async with open_resources(settings) as resources:
+            if clock is not None:
+                resources.clock = clock
             services = build_services(resources)
             stop = asyncio.Event()
             worker = (
