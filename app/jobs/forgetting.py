@@ -61,9 +61,17 @@ def register_maintenance(
             return {"task": task, "dry_run": dry_run, **result}
         if task == "summarize":
             if dry_run:
-                return {"task": task, "dry_run": True, "enqueued": {}}
-            # The sweep's rules for every user with recent messages: what closed or changed.
-            return {"task": task, "dry_run": False, "enqueued": await summaries.sweep(clock())}
+                return {"task": task, "dry_run": True, "swept": False}
+            # The hourly sweep's rules, now: the periods that closed or changed. It spans
+            # every tenant (their own jobs, which a tenant's caller never sees), so only
+            # the system tenant is told the counts.
+            counts = await summaries.sweep(clock())
+            return {
+                "task": task,
+                "dry_run": False,
+                "swept": True,
+                **({"enqueued": counts} if tenant_id is None else {}),
+            }
         if task == "promote":
             if promote is None:
                 raise RuntimeError("this runner has no promoter")
@@ -74,7 +82,14 @@ def register_maintenance(
                     promoted += done
                     if done == 0:
                         break
-            return {"task": task, "dry_run": dry_run, "promoted": promoted, "passes": passes}
+            # Promotion drains every tenant's backlog (the log is one queue): the counts are
+            # the system tenant's to see.
+            return {
+                "task": task,
+                "dry_run": dry_run,
+                "passes": passes,
+                **({"promoted": promoted} if tenant_id is None else {}),
+            }
         raise ValueError(f"unknown maintenance task {task!r}")
 
     registry.add(MAINTENANCE, maintenance)
