@@ -28,7 +28,7 @@ class Policy:
     base_days: float = 7.0  # S of a memory never reinforced
     growth: float = 2.0  # S multiplies by this with each reinforcement
     retention_threshold: float = 0.05  # R below this … (≈ 3 S without use)
-    importance_threshold: float = 0.4  # … and importance below this: forgotten
+    importance_threshold: float = 0.3  # … and importance below this: forgotten
     pin_after: int = 5  # reinforcements that make a memory permanent
     grace_days: float = 30.0  # a forgotten memory can be restored this long, then purged
 
