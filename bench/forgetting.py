@@ -37,7 +37,7 @@ from asgi_lifespan import LifespanManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchlib import machine_facts, print_machine, summarize
+from benchlib import fmt, machine_facts, print_machine, summarize
 from locomo import load_conversations
 
 from app.main import create_app
@@ -331,6 +331,7 @@ async def locomo(path: Path, conversations: int, latency_rounds: int) -> JSON:
         )[0][0]
         # Every question at the end, without reinforcement.
         scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        fell: list[JSON] = []  # questions recalled before whose R@10 fell: why
         for conv in convs:
             for q in conv.questions:
                 group = (
@@ -340,6 +341,7 @@ async def locomo(path: Path, conversations: int, latency_rounds: int) -> JSON:
                     if (q.conv, q.index) in asked
                     else "never asked"
                 )
+                per_mode: dict[str, float] = {}
                 for mode, user in users.items():
                     data = await app.post(
                         "/v1/recall",
@@ -353,6 +355,9 @@ async def locomo(path: Path, conversations: int, latency_rounds: int) -> JSON:
                     r10 = sum(e in found for e in q.evidence) / len(q.evidence)
                     scores[group][mode].append(r10)
                     scores["all"][mode].append(r10)
+                    per_mode[mode] = r10
+                if per_mode["on"] < per_mode["off"] and group == "recalled before":
+                    fell.append(await evidence_state(app, users["on"], q))
         # Recall latency, reinforcement on and off interleaved in one run, on the
         # no-forgetting users (the same index for both).
         took: dict[str, list[float]] = {"on": [], "off": []}
@@ -382,7 +387,34 @@ async def locomo(path: Path, conversations: int, latency_rounds: int) -> JSON:
         "forgotten": forgotten,
         "r_at_10": table,
         "latency_ms": {mode: summarize(v) for mode, v in took.items()},
+        "fell": fell,
     }
+
+
+async def evidence_state(app: App, user_prefix: str, q: Any) -> JSON:
+    """The state of a question's evidence memories in the forgetting user's store."""
+    rows = await app.sql(
+        sa.select(
+            Memory.content,
+            Memory.sources,
+            Memory.forgotten_at,
+            Memory.access_count,
+            Memory.importance,
+        ).where(Memory.user_id == f"{user_prefix}-{q.conv}")
+    )
+    evidence = []
+    for content, sources, forgotten_at, access_count, importance in rows:
+        ids = {s.get("message_id") for s in sources}
+        if ids & set(q.evidence):
+            evidence.append(
+                {
+                    "content": content[:80],
+                    "forgotten": forgotten_at is not None,
+                    "access_count": access_count,
+                    "intrinsic": importance,
+                }
+            )
+    return {"question": q.question, "evidence": evidence}
 
 
 def print_locomo(result: JSON) -> None:
@@ -399,13 +431,17 @@ def print_locomo(result: JSON) -> None:
                 f"| {group} | {row['off']['n']} | {row['off']['r_at_10']:.3f} | "
                 f"{row['on']['r_at_10']:.3f} |"
             )
+    for item in result["fell"]:
+        print(f"fell: {item['question']}")
+        for e in item["evidence"]:
+            print(f"    {e}")
     lat = result["latency_ms"]
     print("\nrecall latency in-process (ms), interleaved in one run")
     print("| reinforce | n | p50 | p95 |")
     print("|---|---:|---:|---:|")
     for mode in ("off", "on"):
         s = lat[mode]
-        print(f"| {mode} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} |")
+        print(f"| {mode} | {s['n']} | {fmt(s['p50'])} | {fmt(s['p95'])} |")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -48,7 +48,7 @@ class Snapshot:
 
     strength: float
     access_count: int
-    importance: float  # the blended importance, `app.core.scoring.importance`
+    importance: float  # the sweep's blended importance (`importance`)
     pinned: bool
     created_at: datetime
     last_accessed_at: datetime | None
@@ -75,6 +75,20 @@ class Decision:
             "retention_threshold": policy.retention_threshold,
             "importance_threshold": policy.importance_threshold,
         }
+
+
+def importance(intrinsic: float, access_count: int, share: float) -> float:
+    """The sweep's importance: `w·intrinsic + (1 − w)·n/(n + 1)`, `n` the uses.
+
+    Recall's `scores.importance` divides `n` by the user's most-used memory instead; the
+    sweep does not, because one memory recalled fifty times would make every other one's
+    use vanish and the sweep forget memories that were used. `n/(n + 1)` makes the first
+    use count most: used once, a memory of intrinsic importance above 0.22 stays (w = 0.7,
+    threshold 0.3); never used, only above 0.43.
+    """
+    intrinsic = min(1.0, max(0.0, intrinsic))
+    n = max(0, access_count)
+    return share * intrinsic + (1 - share) * n / (n + 1)
 
 
 def stability_days(strength: float, policy: Policy) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.core import forgetting, scoring
+from app.core import forgetting
 from app.core.audit import AuditEvent
 from app.core.clock import Clock, utc_now
 from app.errors import MemoryNotForgotten, MemoryNotFound, MemoryPurged
@@ -137,22 +137,16 @@ class ForgettingService:
             await self._purge(tenant, user_id, policy, now, report)
         return report
 
-    async def _decisions(
+    def _decisions(
         self, tenant_id: str, rows: list[Memory], policy: forgetting.Policy, now: datetime
     ) -> dict[uuid.UUID, forgetting.Decision]:
-        async with self.db.read() as tx:
-            max_access = await forget_store.max_access_counts(
-                tx, tenant_id, sorted({r.user_id for r in rows})
-            )
         share = self.settings.importance_intrinsic_share
         out: dict[uuid.UUID, forgetting.Decision] = {}
         for r in rows:
             snapshot = forgetting.Snapshot(
                 strength=r.strength,
                 access_count=r.access_count,
-                importance=scoring.importance(
-                    r.importance, r.access_count, max_access.get(r.user_id, 0), share
-                ),
+                importance=forgetting.importance(r.importance, r.access_count, share),
                 pinned=r.pinned,
                 created_at=r.created_at,
                 last_accessed_at=r.last_accessed_at,
@@ -169,7 +163,7 @@ class ForgettingService:
         report: SweepReport,
     ) -> None:
         report.examined += len(rows)
-        decided = await self._decisions(tenant_id, rows, policy, now)
+        decided = self._decisions(tenant_id, rows, policy, now)
         chosen = [r for r in rows if decided[r.id].verdict != "keep"]
         if not chosen:
             return
@@ -180,7 +174,7 @@ class ForgettingService:
         if not report.dry_run:
             async with self.db.transaction() as tx:
                 locked = await forget_store.lock_unpinned(tx, tenant_id, [r.id for r in chosen])
-                decided.update(await self._decisions(tenant_id, locked, policy, now))
+                decided.update(self._decisions(tenant_id, locked, policy, now))
                 forgotten = [r for r in locked if decided[r.id].verdict == "forget"]
                 pinned = [r for r in locked if decided[r.id].verdict == "pin"]
                 await forget_store.forget(tx, [r.id for r in forgotten], now)
@@ -213,7 +207,7 @@ class ForgettingService:
                 )
         for row in forgotten:
             try:
-                await self.reindexer.rebuild_followers(row)
+                await self.reindexer.rebuild_followers(row, keep_used=True)
             except Exception:  # the tombstone stands; a reindex repairs the neighbours
                 log.warning("rebuilding the followers of %s failed", row.id, exc_info=True)
 

@@ -122,9 +122,11 @@ class Reindexer:
             rows, done = changed, done - len(changed)
         return done
 
-    async def rebuild_followers(self, gone: Memory) -> int:
+    async def rebuild_followers(self, gone: Memory, *, keep_used: bool = False) -> int:
         """Rebuild the live memories of the turns just after a deleted one's turn, whose
-        index context carried its words (promotion's lookback); returns how many."""
+        index context carried its words (promotion's lookback); returns how many. With
+        `keep_used` (a forget, not a delete), followers that have been used keep their
+        entry: it proved useful as it is (docs/forgetting.md)."""
         lookback = context_lookback(self.settings)
         if lookback == 0:
             return 0
@@ -142,7 +144,11 @@ class Reindexer:
                     memory_id(gone.tenant_id, str(session_id), incarnation, seq + k)
                     for k in range(1, lookback + 1)
                 ]
-            rows = [r for r in await memory_store.get_many(tx, ids) if r.deleted_at is None]
+            rows = [
+                r
+                for r in await memory_store.get_many(tx, ids)
+                if r.deleted_at is None and not (keep_used and r.access_count > 0)
+            ]
         return await self.rebuild_rows(rows) if rows else 0
 
     async def points(self, rows: list[Memory]) -> list[VectorPoint]:

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.stores.models import ForgettingPolicy, Memory, User
+from app.stores.models import ForgettingPolicy, Memory
 from app.stores.sessions import _insert
 
 _CHUNK = 400
@@ -54,17 +54,6 @@ async def sweep_page(
         )
     stmt = stmt.order_by(Memory.tenant_id, Memory.id).limit(limit)
     return list((await tx.execute(stmt)).scalars().all())
-
-
-async def max_access_counts(
-    tx: AsyncSession, tenant_id: str, user_ids: Sequence[str]
-) -> dict[str, int]:
-    if not user_ids:
-        return {}
-    stmt = sa.select(User.id, User.max_access_count).where(
-        User.tenant_id == tenant_id, User.id.in_(list(user_ids))
-    )
-    return {uid: int(n or 0) for uid, n in (await tx.execute(stmt)).all()}
 
 
 async def lock_unpinned(tx: AsyncSession, tenant_id: str, ids: Sequence[uuid.UUID]) -> list[Memory]:

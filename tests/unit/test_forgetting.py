@@ -94,3 +94,11 @@ def test_only_relevant_results_whose_own_text_matched_are_used() -> None:
 def test_useless_feedback_takes_strength_back_but_not_below_one() -> None:
     assert after_useless(Use(3.0, 2, NOW), 1) == Use(2.0, 2, NOW)
     assert after_useless(Use(1.5, 0, None), 5) == Use(1.0, 0, None)
+
+
+def test_the_sweeps_importance_counts_the_first_use_most() -> None:
+    assert forgetting.importance(0.3, 0, 0.7) == 0.7 * 0.3
+    assert math.isclose(forgetting.importance(0.3, 1, 0.7), 0.21 + 0.15)
+    assert forgetting.importance(0.3, 1, 0.7) >= DEFAULT.importance_threshold  # used: stays
+    assert forgetting.importance(0.02, 1, 0.7) < DEFAULT.importance_threshold  # filler: not
+    assert forgetting.importance(1.0, 10**6, 0.7) <= 1.0
