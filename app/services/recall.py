@@ -5,9 +5,10 @@ retrieve candidates, score them, then any further stages, then cut to `top_k`.
 The index returns two candidate lists (dense and sparse, one batched query, each hit with
 its payload and stored vectors); `Score` fuses them and computes the calibrated relevance
 reported as `semantic`. Recency and importance come from the point payload, so a recall
-costs one embedding and one index round trip. Reinforcement is counted in memory and
+costs one embedding and one index round trip. Reinforcement (of the results that count as
+used, `reinforcement.counts_as_use`, and of an agent's feedback) is counted in memory and
 flushed in batches about once a second, off the request's path: many recalls of the same
-memory cost one write.
+memory cost one write and one `reinforced` audit event (docs/forgetting.md).
 """
 
 from __future__ import annotations
