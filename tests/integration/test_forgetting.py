@@ -229,8 +229,19 @@ async def test_maintenance_runs_each_task_as_a_job(
             assert [i["content"] for i in job["result"]["items"]] == ["user: lol"]
         if task == "reindex":
             assert job["result"]["memories"] == 1
-    # a dry run forgot nothing
+    # a dry run forgot nothing; the real run does
     assert len(await recall(running, user, "lol", min_relevance=0)) == 1
+    resp = await running.client.post(
+        "/v1/admin/maintenance", json={"task": "forget", "user_id": user, "dry_run": False}
+    )
+    job = resp.json()
+    for _ in range(600):
+        job = (await running.client.get(f"/v1/jobs/{job['id']}")).json()
+        if job["state"] in ("succeeded", "failed"):
+            break
+        await asyncio.sleep(0.05)
+    assert (job["state"], job["result"]["forgotten"]) == ("succeeded", 1), job
+    assert await recall(running, user, "lol", min_relevance=0) == []
     bad = await running.client.post("/v1/admin/maintenance", json={"task": "defrag"})
     assert bad.status_code == 422
 
