@@ -210,6 +210,25 @@ class UserErasureInProgress(Conflict):
         super().__init__(f"user {user_id!r} is being erased (job {job_id}); retry once it ends")
 
 
+class MemoryNotForgotten(Conflict):
+    code = "memory_not_forgotten"
+    title = "Memory is not forgotten"
+    description = "Only a memory the forgetting sweep removed can be restored."
+
+    def __init__(self, memory_id: uuid.UUID) -> None:
+        super().__init__(f"memory {memory_id} is not forgotten; there is nothing to restore")
+
+
+class MemoryPurged(AppError):
+    status = 410
+    code = "memory_purged"
+    title = "Memory purged"
+    description = "The memory was forgotten and its grace period is over: its content is gone."
+
+    def __init__(self, memory_id: uuid.UUID) -> None:
+        super().__init__(f"memory {memory_id} was forgotten and purged; it cannot be restored")
+
+
 class PayloadTooLarge(AppError):
     status = 413
     code = "payload_too_large"

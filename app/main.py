@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from app import logs
 from app.api import (
+    admin,
     context,
     health,
     ingest,
@@ -30,6 +31,7 @@ from app.api import (
 )
 from app.api import errors as api_errors
 from app.api.limits import BodyLimitMiddleware
+from app.core.clock import Clock
 from app.metrics import Metrics, RequestMetrics
 from app.resources import Resources, open_resources
 from app.settings import Settings, refuse_unworkable
@@ -59,8 +61,9 @@ class State(TypedDict):
     metrics: Metrics  # read by the RequestMetrics middleware
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The app on `settings` (default: read from the environment, now, not at import)."""
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    """The app on `settings` (default: read from the environment, now, not at import).
+    `clock` moves "now" for reinforcement and forgetting (simulations, bench/forgetting.py)."""
     settings = settings or Settings()
     refuse_unworkable(settings, "api")
 
@@ -68,6 +71,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         logs.configure(settings.log_level, settings.log_format)
         async with open_resources(settings) as resources:
+            if clock is not None:
+                resources.clock = clock
             services = build_services(resources)
             await services.keys.resolve_mode()  # refuses to serve without keys by accident
             stop = asyncio.Event()
@@ -117,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         users,
         jobs,
         keys,
+        admin,
     ):
         app.include_router(module.router)
     return app

@@ -18,6 +18,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from app.core import terms
+from app.core.clock import Clock, utc_now
 from app.core.tokens import TokenCounter
 from app.metrics import MeteredEmbedder, Metrics
 from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
@@ -42,6 +43,8 @@ class Resources:
     signals: Signals
     metrics: Metrics
     llm: LLM | None = None  # None: every LLM use falls back to its heuristic
+    # "Now" for reinforcement and forgetting: a test or a simulation moves it (app.core.clock).
+    clock: Clock = utc_now
 
 
 def _redis(settings: Settings) -> Redis:

@@ -277,6 +277,21 @@ class Settings(BaseSettings):
     recency_lambda_per_day: float = Field(default=0.01, ge=0)
     importance_intrinsic_share: float = Field(default=0.7, ge=0, le=1)
     rrf_k: int = Field(default=10, ge=1)
+    reinforce_min_relevance: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="a recall result reinforces its memory only when its calibrated relevance "
+        "is at least this (and its own text matched); docs/forgetting.md",
+    )
+
+    # Forgetting (docs/forgetting.md): each tenant's policy starts from these defaults.
+    forgetting_enabled: bool = Field(
+        default=True, description="whether the periodic sweep forgets (tenants may override)"
+    )
+    forgetting_sweep_hours: float = Field(
+        default=24.0, gt=0, description="how often the forgetting sweep runs"
+    )
     dense_weight: float = Field(
         default=0.3, gt=0, description="RRF weight of the dense list, same-language candidates"
     )

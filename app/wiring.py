@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 from app.resources import Resources
 from app.services.context import ContextService
+from app.services.forgetting import ForgettingService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.keys import KeyService
+from app.services.maintenance import MaintenanceService
 from app.services.memories import MemoryService
 from app.services.metrics import MetricsService
 from app.services.promotion import Promoter
@@ -45,6 +47,8 @@ class Services:
     export: ExportService
     erasure: ErasureService
     metrics: MetricsService
+    forgetting: ForgettingService
+    maintenance: MaintenanceService
 
 
 def build_services(resources: Resources) -> Services:
@@ -62,7 +66,9 @@ def build_services(resources: Resources) -> Services:
         rewriter=rewrite.for_search,
         # docs/seams.md: newer statements of a change first, then the relevance floor.
         stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
+        clock=r.clock,
     )
+    jobs = JobService(r.db, max_attempts=r.settings.job_max_attempts)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
     return Services(
         ingest=ingest,
@@ -82,7 +88,7 @@ def build_services(resources: Resources) -> Services:
             r.db,
             stale_seconds=r.settings.worker_stale_seconds,
         ),
-        jobs=JobService(r.db, max_attempts=r.settings.job_max_attempts),
+        jobs=jobs,
         rewrite=rewrite,
         scratchpad=scratchpad,
         summaries=summaries,
@@ -91,6 +97,8 @@ def build_services(resources: Resources) -> Services:
         export=ExportService(r.db, UserSections(r.db, r.buffer).all()),
         erasure=build_erasure(resources),
         metrics=MetricsService(r.db, r.metrics),
+        forgetting=build_forgetting(resources),
+        maintenance=MaintenanceService(jobs),
     )
 
 
@@ -119,6 +127,11 @@ def build_keys(resources: Resources) -> KeyService:
 def build_summaries(resources: Resources) -> SummaryService:
     r = resources
     return SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
+
+
+def build_forgetting(resources: Resources) -> ForgettingService:
+    r = resources
+    return ForgettingService(r.db, r.vectors, build_reindexer(resources), r.settings, clock=r.clock)
 
 
 def build_reindexer(resources: Resources) -> Reindexer:

@@ -25,7 +25,13 @@ from app.resources import Resources, open_resources
 from app.settings import Settings, refuse_unworkable
 from app.stores import heartbeats
 from app.stores.signals import Signals
-from app.wiring import build_erasure, build_promoter, build_reindexer, build_summaries
+from app.wiring import (
+    build_erasure,
+    build_forgetting,
+    build_promoter,
+    build_reindexer,
+    build_summaries,
+)
 
 log = logging.getLogger("strata.worker")
 
@@ -49,6 +55,8 @@ async def run_worker(
             summary_service=build_summaries(resources),
             reindexer=build_reindexer(resources),
             erasure_service=build_erasure(resources),
+            forgetting=build_forgetting(resources),
+            promote=promoter.run_once,
         )
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)

@@ -109,6 +109,9 @@ def full_settings(pg: str, **overrides: Any) -> Settings:
         "data_dir": Path("/nonexistent-full-stack-uses-no-files"),
         # The full stack requires keys; tests of the gate start apps of their own with keys.
         "auth_mode": "open",
+        # Shared apps hold old imported histories: a sweep at start would forget them.
+        # Forgetting tests turn it on for apps (or users) of their own.
+        "forgetting_enabled": False,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)
@@ -119,6 +122,7 @@ def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
         "data_dir": data_dir,
         "worker_poll_seconds": 0.2,
         "wait_timeout_seconds": 180,
+        "forgetting_enabled": False,  # as full_settings
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)

@@ -22,10 +22,12 @@ from app.core.auth import (
 )
 from app.errors import InsufficientScope, LoopbackOnly, UserNotAllowed
 from app.services.context import ContextService
+from app.services.forgetting import ForgettingService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.keys import KeyService
+from app.services.maintenance import MaintenanceService
 from app.services.memories import MemoryService
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
@@ -196,6 +198,20 @@ def _erasure(request: Request) -> ErasureService:
 
 ExportDep = Annotated[ExportService, Depends(_export)]
 ErasureDep = Annotated[ErasureService, Depends(_erasure)]
+
+
+def _forgetting(request: Request) -> ForgettingService:
+    return _services(request).forgetting
+
+
+ForgettingDep = Annotated[ForgettingService, Depends(_forgetting)]
+
+
+def _maintenance(request: Request) -> MaintenanceService:
+    return _services(request).maintenance
+
+
+MaintenanceDep = Annotated[MaintenanceService, Depends(_maintenance)]
 
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])

@@ -7,19 +7,22 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from app.api.deps import LimitQuery, MemoryDep, TenantDep, UserIdQuery
+from app.api.deps import ForgettingDep, LimitQuery, MemoryDep, RecallDep, TenantDep, UserIdQuery
 from app.api.errors import problem_responses
 from app.errors import (
     BadRequest,
     EmbeddingRejected,
     InvalidCursor,
+    MemoryNotForgotten,
     MemoryNotFound,
+    MemoryPurged,
     ProviderTimeout,
     ProviderUnavailable,
     SessionNotFound,
     UserErasureInProgress,
     VectorStoreUnavailable,
 )
+from app.schemas.forgetting import FeedbackAccepted, FeedbackRequest
 from app.schemas.memories import (
     MemoryCreate,
     MemoryEventPage,
@@ -28,6 +31,7 @@ from app.schemas.memories import (
     MemoryPatch,
     MemoryType,
 )
+from app.services.memories import memory_out
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
@@ -51,6 +55,22 @@ CursorQuery = Annotated[str | None, Query(max_length=512, description="from `nex
 )
 async def create_memory(body: MemoryCreate, tenant: TenantDep, memories: MemoryDep) -> MemoryOut:
     return await memories.create(tenant, body)
+
+
+@router.post(
+    "/feedback",
+    summary="Tell which recalled memories were used (reinforced) and which were useless",
+    description="Counted off the request path and written in batches (about once a second), "
+    "like recall's reinforcement: one `reinforced` event per memory per flush in its history. "
+    "Ids that are not this user's live memories are ignored and listed.",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=FeedbackAccepted,
+    responses=problem_responses(BadRequest),
+)
+async def memory_feedback(
+    body: FeedbackRequest, tenant: TenantDep, recall: RecallDep
+) -> FeedbackAccepted:
+    return await recall.feedback(tenant, body)
 
 
 @router.get(
@@ -113,6 +133,20 @@ async def delete_memory(
 ) -> Response:
     await memories.delete(tenant, user_id, memory_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/{memory_id}/restore",
+    summary="Undo a forget within the grace period",
+    description="The memory is live and searchable again, and counts as used now. `409` when "
+    "it is not forgotten; `410` when its grace period is over (its content was purged).",
+    response_model=MemoryOut,
+    responses=problem_responses(MemoryNotFound, MemoryNotForgotten, MemoryPurged),
+)
+async def restore_memory(
+    memory_id: uuid.UUID, user_id: UserIdQuery, tenant: TenantDep, forgetting: ForgettingDep
+) -> MemoryOut:
+    return memory_out(await forgetting.restore(tenant, user_id, memory_id))
 
 
 @router.get(

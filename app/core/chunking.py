@@ -12,12 +12,13 @@ deterministic across batch boundaries.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from app.core import importance
 
 # What of a long turn the encoder reads (`embedding_windows`).
 EMBED_WINDOW_CHARS = 2_000
@@ -107,31 +108,9 @@ def chunk_turns(
     return chunks
 
 
-_NUMBER = re.compile(r"\d")
-_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|mine|we|our)\b|我|我们|我的", re.IGNORECASE)
-_DURABLE = re.compile(
-    r"\b(always|never|prefer|favou?rite|allergic|birthday|name is|live in|work (?:at|as)|"
-    r"remember|important|plan|going to)\b|喜欢|讨厌|过敏|生日|住在|记住|重要|计划|打算",
-    re.IGNORECASE,
-)
-
-
 def heuristic_importance(text: str) -> float:
-    """A first guess at how much a turn matters, without an LLM: facts about the speaker,
-    durable preferences, numbers and dates score higher; short acknowledgements lower."""
-    score = 0.3
-    if _FIRST_PERSON.search(text):
-        score += 0.15
-    if _DURABLE.search(text):
-        score += 0.25
-    if _NUMBER.search(text):
-        score += 0.1
-    length = len(text.strip())
-    if length >= 80:
-        score += 0.1
-    elif length < 15:
-        score -= 0.15
-    return round(min(1.0, max(0.0, score)), 3)
+    """A turn's intrinsic importance without an LLM (`app.core.importance.intrinsic`)."""
+    return importance.intrinsic(text)
 
 
 def embedding_windows(

@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from app.jobs import erasure, housekeeping, reindex, summaries
+from app.jobs import forgetting as forgetting_jobs
+from app.jobs.forgetting import PromotePass
 from app.jobs.registry import Registry
+from app.services.forgetting import ForgettingService
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
 from app.services.users import ErasureService
@@ -20,6 +23,8 @@ def build_registry(
     summary_service: SummaryService | None = None,
     reindexer: Reindexer | None = None,
     erasure_service: ErasureService | None = None,
+    forgetting: ForgettingService | None = None,
+    promote: PromotePass | None = None,
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
     service, the reindexer or the erasure service (a test, a tool, a process without the
@@ -32,4 +37,17 @@ def build_registry(
         reindex.register(registry, reindexer)
     if erasure_service is not None:
         erasure.register(registry, erasure_service)
+    if forgetting is not None:
+        forgetting_jobs.register_sweep(
+            registry, forgetting, every=timedelta(hours=settings.forgetting_sweep_hours)
+        )
+        if summary_service is not None and reindexer is not None:
+            forgetting_jobs.register_maintenance(
+                registry,
+                forgetting=forgetting,
+                summaries=summary_service,
+                reindexer=reindexer,
+                promote=promote,
+                clock=forgetting.clock,
+            )
     return registry

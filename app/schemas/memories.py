@@ -71,8 +71,9 @@ class MemoryOut(BaseModel):
     access_count: int
     last_accessed_at: datetime | None
     strength: float = Field(
-        description="retention strength: starts at 1 and grows by one with each recall; "
-        "retention = exp(−days since last access / strength)"
+        description="reinforcement level: starts at 1 and grows by one with each counted use "
+        "(docs/forgetting.md); retention = exp(−days since last use / S) with "
+        "S = base_days · growth^(strength − 1)"
     )
     sources: list[Source]
     metadata: dict[str, Any]
@@ -88,7 +89,16 @@ class MemoryPage(BaseModel):
 class MemoryEventOut(BaseModel):
     id: int
     memory_id: uuid.UUID
-    event: Literal["created", "updated", "superseded", "reinforced", "forgotten", "deleted"]
+    event: Literal[
+        "created",
+        "updated",
+        "superseded",
+        "reinforced",
+        "forgotten",
+        "restored",
+        "purged",
+        "deleted",
+    ]
     old: dict[str, Any] | None
     new: dict[str, Any] | None
     reason: str | None

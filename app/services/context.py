@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -204,8 +205,9 @@ class ContextService:
         kept = {name: [item.key for item in items] for name, items in packed.kept.items()}
         cut = set(packed.truncated.get("recent_messages", []))
         kept_memories = [memories[i] for i in kept["memories"]]
-        if kept_memories and body.as_of is None:  # a replay of the past changes nothing
-            self.recall.reinforce_later(tenant_id, body.user_id, [m.id for m in kept_memories])
+        used = [m.id for m in kept_memories if m.id in recalled.used]
+        if used and body.as_of is None:  # a replay of the past changes nothing
+            self.recall.reinforce_later(tenant_id, body.user_id, used)
         return ContextResponse(
             sections=ContextSections(
                 system_prompt=session.system_prompt or "",
@@ -296,7 +298,7 @@ class ContextService:
             if not r.sources
             or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
         ]
-        return _Recalled(memories, search.rewritten_query, search.llm_usage)
+        return _Recalled(memories, search.rewritten_query, search.llm_usage, search.used)
 
     async def _summaries(
         self, tenant_id: str, body: ContextRequest, recent: list[MessageOut]
@@ -315,6 +317,7 @@ class _Recalled:
     memories: list[RecallResult]
     rewritten_query: str | None
     llm_usage: dict[str, int] | None
+    used: frozenset[uuid.UUID] = frozenset()  # those a use reinforces (`Found.used`)
 
 
 def _kept_entries(entries: dict[str, Any], kept: Sequence[int]) -> dict[str, Any]:

@@ -5,9 +5,10 @@ retrieve candidates, score them, then any further stages, then cut to `top_k`.
 The index returns two candidate lists (dense and sparse, one batched query, each hit with
 its payload and stored vectors); `Score` fuses them and computes the calibrated relevance
 reported as `semantic`. Recency and importance come from the point payload, so a recall
-costs one embedding and one index round trip. Reinforcement is counted in memory and
+costs one embedding and one index round trip. Reinforcement (of the results that count as
+used, `reinforcement.counts_as_use`, and of an agent's feedback) is counted in memory and
 flushed in batches about once a second, off the request's path: many recalls of the same
-memory cost one write.
+memory cost one write and one `reinforced` audit event (docs/forgetting.md).
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ import time
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from app.core import reinforcement, terms
+from app.core.audit import AuditEvent
+from app.core.clock import Clock, utc_now
 from app.core.rewrite import Rewrite
 from app.errors import SessionNotFound
 from app.providers.embeddings import Embedder
 from app.schemas.common import LLMUsage
+from app.schemas.forgetting import FeedbackAccepted, FeedbackRequest
 from app.schemas.recall import RecallRequest, RecallResponse
 from app.services.search import (
     Found,
@@ -58,6 +62,7 @@ class RecallService:
         *,
         rewriter: Rewriter = no_rewrite,
         stages: Sequence[Stage] = (),
+        clock: Clock = utc_now,
     ) -> None:
         self.db = db
         self.vectors = vectors
@@ -66,7 +71,8 @@ class RecallService:
         self.rewriter = rewriter
         self.score = Score(settings)
         self.stages = list(stages)  # after scoring, in order; docs/seams.md
-        self._pending: dict[tuple[str, str], Counter[uuid.UUID]] = {}
+        self.clock = clock
+        self._pending: dict[tuple[str, str], _Counts] = {}
         self._flusher: asyncio.Task[None] | None = None
         # The user's highest access count normalises importance; a few seconds stale is fine.
         self._max_access: dict[tuple[str, str], tuple[float, int]] = {}
@@ -81,8 +87,10 @@ class RecallService:
             if session is None or session.user_id != body.user_id:
                 raise SessionNotFound(body.session_id)
         found = await self.search(SearchSpec.from_request(tenant_id, body))
-        if body.reinforce and body.as_of is None and found.results:  # a replay changes nothing
-            self.reinforce_later(tenant_id, body.user_id, [r.id for r in found.results])
+        if body.reinforce and body.as_of is None and found.used:  # a replay changes nothing
+            self.reinforce_later(
+                tenant_id, body.user_id, [r.id for r in found.results if r.id in found.used]
+            )
         return RecallResponse(
             query=body.query,
             rewritten_query=found.rewritten_query,
@@ -98,10 +106,17 @@ class RecallService:
             spec = dataclasses.replace(spec, query=rewritten.rewritten)
         candidates = self.score(spec, await self.retrieve(spec))
         ranked = await run_stages(spec, candidates, self.stages)
+        floor = max(spec.min_relevance, self.settings.reinforce_min_relevance)
         return Found(
             [to_result(c) for c in ranked],
             rewritten.rewritten if rewritten is not None else None,
             rewritten.usage if rewritten is not None else None,
+            used=frozenset(
+                c.hit.id
+                for c in ranked
+                if c.hit.payload.kind == "memory"
+                and reinforcement.counts_as_use(c.semantic, c.own, floor)
+            ),
         )
 
     async def rewrite(self, spec: SearchSpec) -> Rewrite | None:
@@ -182,10 +197,33 @@ class RecallService:
             top = max((u.access_count for u in uses), default=0)
             self._max_access[(tenant_id, user_id)] = (cached[0], max(cached[1], top))
 
-    def reinforce_later(self, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]) -> None:
-        """Count an access of each memory; written by the next flush. A failed flush keeps
-        its counts for the one after; it never fails the recall that caused it."""
-        self._pending.setdefault((tenant_id, user_id), Counter()).update(ids)
+    async def feedback(self, tenant_id: str, body: FeedbackRequest) -> FeedbackAccepted:
+        """An agent's word on what it used: counted like recalls (batched), reported back
+        with the ids that are not the user's live memories."""
+        asked = list(dict.fromkeys([*body.used, *body.useless]))
+        async with self.db.read() as tx:
+            live = await memory_store.live_ids(tx, tenant_id, body.user_id, asked)
+        used = [i for i in body.used if i in live]
+        useless = [i for i in body.useless if i in live]
+        if used or useless:
+            self.reinforce_later(tenant_id, body.user_id, used, useless)
+        return FeedbackAccepted(
+            accepted=len(used) + len(useless), ignored=[i for i in asked if i not in live]
+        )
+
+    def reinforce_later(
+        self,
+        tenant_id: str,
+        user_id: str,
+        ids: Sequence[uuid.UUID],
+        useless: Sequence[uuid.UUID] = (),
+    ) -> None:
+        """Count a use of each of `ids` (and a useless result for each of `useless`);
+        written by the next flush. A failed flush keeps its counts for the one after; it
+        never fails the recall that caused it."""
+        pending = self._pending.setdefault((tenant_id, user_id), _Counts())
+        pending.used.update(ids)
+        pending.useless.update(useless)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_soon())
 
@@ -197,21 +235,27 @@ class RecallService:
                 return  # the store is failing: the next recall starts a new flusher
 
     async def flush(self) -> bool:
-        """Write the pending counts; returns False if some had to be kept for later."""
+        """Write the pending counts, one `reinforced` audit event per memory per flush;
+        returns False if some had to be kept for later."""
         pending, self._pending = self._pending, {}
-        now = datetime.now(UTC)
+        now = self.clock()
         ok = True
         try:
             while pending:
                 (tenant_id, user_id), counts = next(iter(pending.items()))
                 try:
                     async with self.db.transaction() as tx:
-                        used = await memory_store.lock_use(tx, tenant_id, user_id, list(counts))
-                        new = {
-                            mid: reinforcement.after_recalls(use, counts[mid], now)
-                            for mid, use in used.items()
-                        }
+                        ids = list(set(counts.used) | set(counts.useless))
+                        before = await memory_store.lock_use(tx, tenant_id, user_id, ids)
+                        new = {mid: _counted(use, counts, mid, now) for mid, use in before.items()}
                         await memory_store.save_use(tx, tenant_id, user_id, new)
+                        await memory_store.add_events(
+                            tx,
+                            [
+                                _reinforced(tenant_id, user_id, mid, before[mid], use, counts, now)
+                                for mid, use in new.items()
+                            ],
+                        )
                 except Exception:
                     log.warning("reinforcement of %d memories failed", len(counts), exc_info=True)
                     ok = False
@@ -221,7 +265,13 @@ class RecallService:
                 try:
                     await self.vectors.set_payload(
                         [
-                            (mid, PayloadPatch(access_count=use.access_count, last_accessed_at=now))
+                            (
+                                mid,
+                                PayloadPatch(
+                                    access_count=use.access_count,
+                                    last_accessed_at=use.last_accessed_at,
+                                ),
+                            )
                             for mid, use in new.items()
                         ]
                     )
@@ -230,7 +280,9 @@ class RecallService:
         finally:
             # Whatever was not written (failure, cancellation) waits for the next flush.
             for key, counts in pending.items():
-                self._pending.setdefault(key, Counter()).update(counts)
+                into = self._pending.setdefault(key, _Counts())
+                into.used.update(counts.used)
+                into.useless.update(counts.useless)
         return ok
 
     async def drain(self) -> None:
@@ -241,6 +293,53 @@ class RecallService:
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
         await self.flush()
+
+
+@dataclasses.dataclass(slots=True)
+class _Counts:
+    """A user's uses not yet written: by memory, how often used and how often useless."""
+
+    used: Counter[uuid.UUID] = dataclasses.field(default_factory=Counter)
+    useless: Counter[uuid.UUID] = dataclasses.field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(set(self.used) | set(self.useless))
+
+
+def _counted(
+    use: reinforcement.Use, counts: _Counts, mid: uuid.UUID, now: datetime
+) -> reinforcement.Use:
+    if counts.used[mid]:
+        use = reinforcement.after_recalls(use, counts.used[mid], now)
+    if counts.useless[mid]:
+        use = reinforcement.after_useless(use, counts.useless[mid])
+    return use
+
+
+def _reinforced(
+    tenant_id: str,
+    user_id: str,
+    mid: uuid.UUID,
+    old: reinforcement.Use,
+    new: reinforcement.Use,
+    counts: _Counts,
+    now: datetime,
+) -> AuditEvent:
+    """One event for everything one flush counted of one memory."""
+    used, useless = counts.used[mid], counts.useless[mid]
+    parts = [f"used {used}×"] if used else []
+    if useless:
+        parts.append(f"useless {useless}×")
+    return AuditEvent(
+        tenant_id,
+        user_id,
+        mid,
+        "reinforced",
+        old={"access_count": old.access_count, "strength": old.strength},
+        new={"access_count": new.access_count, "strength": new.strength},
+        reason=", ".join(parts) + " since the last flush",
+        at=now,
+    )
 
 
 MAX_ACCESS_TTL_SECONDS = 5.0

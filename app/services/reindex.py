@@ -73,16 +73,26 @@ class Reindexer:
         self.embedder = embedder
         self.settings = settings
 
-    async def rebuild(self, batch: int = BATCH) -> dict[str, Any]:
-        """Every live memory's point; returns {"memories": n, "batches": m}."""
+    async def rebuild(
+        self,
+        batch: int = BATCH,
+        *,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Every live memory's point (of one tenant or user, when given); returns
+        {"memories": n, "batches": m}. A dry run counts them and writes nothing."""
         after: tuple[str, uuid.UUID] | None = None
         memories = batches = 0
         while True:
             async with self.db.read() as tx:
-                rows = await memory_store.live_page(tx, after=after, limit=batch)
+                rows = await memory_store.live_page(
+                    tx, after=after, limit=batch, tenant_id=tenant_id, user_id=user_id
+                )
             if not rows:
                 break
-            memories += await self.rebuild_rows(rows)
+            memories += len(rows) if dry_run else await self.rebuild_rows(rows)
             batches += 1
             after = (rows[-1].tenant_id, rows[-1].id)
             log.info("reindex: %d memories in %d batches", memories, batches)
@@ -112,9 +122,11 @@ class Reindexer:
             rows, done = changed, done - len(changed)
         return done
 
-    async def rebuild_followers(self, gone: Memory) -> int:
+    async def rebuild_followers(self, gone: Memory, *, keep_used: bool = False) -> int:
         """Rebuild the live memories of the turns just after a deleted one's turn, whose
-        index context carried its words (promotion's lookback); returns how many."""
+        index context carried its words (promotion's lookback); returns how many. With
+        `keep_used` (a forget, not a delete), followers that have been used keep their
+        entry: it proved useful as it is (docs/forgetting.md)."""
         lookback = context_lookback(self.settings)
         if lookback == 0:
             return 0
@@ -132,7 +144,11 @@ class Reindexer:
                     memory_id(gone.tenant_id, str(session_id), incarnation, seq + k)
                     for k in range(1, lookback + 1)
                 ]
-            rows = [r for r in await memory_store.get_many(tx, ids) if r.deleted_at is None]
+            rows = [
+                r
+                for r in await memory_store.get_many(tx, ids)
+                if r.deleted_at is None and not (keep_used and r.access_count > 0)
+            ]
         return await self.rebuild_rows(rows) if rows else 0
 
     async def points(self, rows: list[Memory]) -> list[VectorPoint]:

@@ -8,6 +8,7 @@ docs/seams.md shows how to add a stage.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -119,6 +120,7 @@ class Candidate:
     recency: float
     importance: float
     score: float
+    own: float = 1.0  # the share of the match that is the memory's own text (`own_match`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,9 @@ class Found:
     results: list[RecallResult]
     rewritten_query: str | None  # None: the query was searched as asked
     llm_usage: dict[str, int] | None = None  # tokens the rewrite's LLM call spent
+    # The memories among the results that count as used (`reinforcement.counts_as_use`):
+    # the ones a recall may reinforce.
+    used: frozenset[uuid.UUID] = frozenset()
 
 
 class Rewriter(Protocol):
@@ -273,19 +278,19 @@ class Score:
         best = self.fusion.best()
         candidates = []
         for n, (hit, fused) in enumerate(hits):
-            rel, fused_norm = self._match(
+            rel, fused_norm, own = self._match(
                 hit, pool, fused / best, float(turn_cos[n]), float(chunk_cos[n])
             )
             key = (1 - share) * fused_norm + share * rel
             recency, importance = self._terms(hit, now, pool.max_access)
             score = scoring.combine(w, key, recency, importance)
-            candidates.append(Candidate(hit, rel, recency, importance, score))
+            candidates.append(Candidate(hit, rel, recency, importance, score, own))
         return sorted(candidates, key=lambda c: c.score, reverse=True)
 
     def _match(
         self, hit: VectorHit, pool: Pool, fused_norm: float, cos_turn: float, cos_chunk: float
-    ) -> tuple[float, float]:
-        """(calibrated relevance, penalised fused score) of one candidate."""
+    ) -> tuple[float, float, float]:
+        """(calibrated relevance, penalised fused score, own match) of one candidate."""
         p = hit.payload
         text = p.text
         own_terms = {terms.term_id(t) for t in terms.tokenize(p.content)}
@@ -303,7 +308,7 @@ class Score:
             ranking.asks_only(p.role, text, self.penalties.asking_terms),
             self.penalties,
         )
-        return self.calibration(f), min(1.0, max(0.0, fused_norm)) * factor
+        return self.calibration(f), min(1.0, max(0.0, fused_norm)) * factor, own
 
     def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float]:
         """(recency, importance) of one candidate."""

@@ -46,17 +46,27 @@ async def any_live(tx: AsyncSession) -> bool:
 
 
 async def live_page(
-    tx: AsyncSession, *, after: tuple[str, uuid.UUID] | None, limit: int
+    tx: AsyncSession,
+    *,
+    after: tuple[str, uuid.UUID] | None,
+    limit: int,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
 ) -> list[Memory]:
-    """Live memories of every tenant in (tenant_id, id) order, from after the key `after`:
-    a keyset cursor that rows written or deleted meanwhile cannot shift."""
+    """Live memories of every tenant (or of one, or of one user) in (tenant_id, id) order,
+    from after the key `after`: a keyset cursor that rows written or deleted meanwhile
+    cannot shift."""
     stmt = sa.select(Memory).where(Memory.deleted_at.is_(None))
+    if tenant_id is not None:
+        stmt = stmt.where(Memory.tenant_id == tenant_id)
+    if user_id is not None:
+        stmt = stmt.where(Memory.user_id == user_id)
     if after is not None:
-        tenant_id, memory_id = after
+        after_tenant, after_id = after
         stmt = stmt.where(
             sa.or_(
-                Memory.tenant_id > tenant_id,
-                sa.and_(Memory.tenant_id == tenant_id, Memory.id > memory_id),
+                Memory.tenant_id > after_tenant,
+                sa.and_(Memory.tenant_id == after_tenant, Memory.id > after_id),
             )
         )
     stmt = stmt.order_by(Memory.tenant_id, Memory.id).limit(limit)
@@ -358,3 +368,19 @@ async def save_merge(
         .where(Memory.id == memory_id)
         .values(sources=sources, created_at=created_at, updated_at=now)
     )
+
+
+async def live_ids(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> set[uuid.UUID]:
+    """The user's live memories among `ids`."""
+    found: set[uuid.UUID] = set()
+    for start in range(0, len(ids), _CHUNK):
+        stmt = sa.select(Memory.id).where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.id.in_(ids[start : start + _CHUNK]),
+            Memory.deleted_at.is_(None),
+        )
+        found.update((await tx.execute(stmt)).scalars())
+    return found

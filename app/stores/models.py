@@ -189,12 +189,32 @@ class Memory(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Forgotten by the sweep (docs/forgetting.md): `deleted_at` is set too, so every read
+    # skips it; restorable until the grace period ends, then purged (content erased).
+    forgotten_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         sa.Index("ix_memories_user_created", "tenant_id", "user_id", "created_at"),
         sa.Index("ix_memories_user_hash", "tenant_id", "user_id", "content_hash"),
         sa.Index("ix_memories_session", "tenant_id", "session_id"),
+        sa.Index(
+            "ix_memories_forgotten",
+            "forgotten_at",
+            postgresql_where=sa.text("forgotten_at IS NOT NULL AND purged_at IS NULL"),
+            sqlite_where=sa.text("forgotten_at IS NOT NULL AND purged_at IS NULL"),
+        ),
     )
+
+
+class ForgettingPolicy(Base):
+    """A tenant's forgetting thresholds (`app.core.forgetting.Policy`); no row: defaults."""
+
+    __tablename__ = "forgetting_policies"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    policy: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class MemoryEvent(Base):
