@@ -104,6 +104,15 @@ class MemoryNotFound(NotFound):
         super().__init__(f"no memory {memory_id} for this user")
 
 
+class EntityNotFound(NotFound):
+    code = "entity_not_found"
+    title = "Entity not found"
+    description = "No entity of this name (or id) in this user's knowledge graph."
+
+    def __init__(self, entity: str) -> None:
+        super().__init__(f"no entity {entity!r} in this user's graph")
+
+
 class MethodNotAllowed(AppError):
     status = 405
     code = "method_not_allowed"
@@ -157,6 +166,15 @@ class ScratchpadTooLarge(PayloadTooLarge):
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"data serialises to {size} bytes of JSON; the limit is {limit}")
+
+
+class ProfileTooLarge(PayloadTooLarge):
+    code = "profile_too_large"
+    title = "Profile too large"
+    description = "The profile's attributes after the patch exceed the server's limit."
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"attributes serialise to {size} bytes of JSON; the limit is {limit}")
 
 
 class UnsupportedMediaType(AppError):

@@ -16,10 +16,12 @@ from fastapi import FastAPI
 from app import logs
 from app.api import (
     context,
+    graph,
     health,
     ingest,
     jobs,
     memories,
+    profile,
     recall,
     rewrite,
     scratchpad,
@@ -81,6 +83,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     api_errors.install(app)
-    for module in (health, ingest, scratchpad, memories, recall, rewrite, context, summaries, jobs):
+    for module in (
+        health,
+        ingest,
+        scratchpad,
+        memories,
+        recall,
+        rewrite,
+        context,
+        summaries,
+        jobs,
+        profile,
+        graph,
+    ):
         app.include_router(module.router)
     return app

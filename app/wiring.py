@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 from app.resources import Resources
 from app.services.context import ContextService
+from app.services.facts import FactExtractor
+from app.services.graph import GraphService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.memories import MemoryService
+from app.services.profile import ProfileService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.reindex import Reindexer
@@ -37,6 +40,8 @@ class Services:
     rewrite: RewriteService
     scratchpad: ScratchpadService
     summaries: SummaryService
+    profile: ProfileService
+    graph: GraphService
 
 
 def build_services(resources: Resources) -> Services:
@@ -54,6 +59,7 @@ def build_services(resources: Resources) -> Services:
         stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
     )
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
+    profile = ProfileService(r.db)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder, build_reindexer(resources)),
@@ -66,6 +72,7 @@ def build_services(resources: Resources) -> Services:
             window=r.settings.buffer_window,
             shares=r.settings.context_shares,
             summaries=summaries,
+            profile=profile,
         ),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping}
@@ -74,6 +81,8 @@ def build_services(resources: Resources) -> Services:
         rewrite=rewrite,
         scratchpad=scratchpad,
         summaries=summaries,
+        profile=profile,
+        graph=GraphService(r.db),
     )
 
 
@@ -89,4 +98,20 @@ def build_reindexer(resources: Resources) -> Reindexer:
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:
     r = resources
-    return Promoter(r.db, r.vectors, r.embedder, r.settings, owner=owner, stop=stop)
+    return Promoter(
+        r.db,
+        r.vectors,
+        r.embedder,
+        r.settings,
+        owner=owner,
+        stop=stop,
+        extract_facts=build_fact_extractor(resources) is not None,
+    )
+
+
+def build_fact_extractor(resources: Resources) -> FactExtractor | None:
+    """None without an LLM (or with extraction turned off): then nothing is extracted."""
+    r = resources
+    if r.llm is None or not r.settings.extract_facts:
+        return None
+    return FactExtractor(r.db, r.vectors, r.embedder, r.llm, r.settings)

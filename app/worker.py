@@ -22,7 +22,12 @@ from app.jobs.reindex import REINDEX
 from app.resources import Resources, open_resources
 from app.settings import Settings
 from app.stores.buffer import WakeListener
-from app.wiring import build_promoter, build_reindexer, build_summaries
+from app.wiring import (
+    build_fact_extractor,
+    build_promoter,
+    build_reindexer,
+    build_summaries,
+)
 
 log = logging.getLogger("strata.worker")
 
@@ -43,6 +48,7 @@ async def run_worker(
             resources.settings,
             summary_service=build_summaries(resources),
             reindexer=build_reindexer(resources),
+            fact_extractor=build_fact_extractor(resources),
         )
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)

@@ -10,10 +10,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.errors import Unauthorized
 from app.services.context import ContextService
+from app.services.graph import GraphService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.memories import MemoryService
+from app.services.profile import ProfileService
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
@@ -106,6 +108,18 @@ def _summaries(request: Request) -> SummaryService:
 
 SummaryDep = Annotated[SummaryService, Depends(_summaries)]
 
+
+def _profile(request: Request) -> ProfileService:
+    return _services(request).profile
+
+
+def _graph(request: Request) -> GraphService:
+    return _services(request).graph
+
+
+ProfileDep = Annotated[ProfileService, Depends(_profile)]
+GraphDep = Annotated[GraphService, Depends(_graph)]
+
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])
 ]
@@ -113,3 +127,6 @@ UserIdQuery = Annotated[
     str, Query(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
 ]
 LimitQuery = Annotated[int, Query(ge=1, le=200, description="page size")]
+UserIdPath = Annotated[
+    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
+]

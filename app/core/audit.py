@@ -12,7 +12,14 @@ from datetime import datetime
 from typing import Any, Literal
 
 EventName = Literal[
-    "created", "updated", "superseded", "reinforced", "forgotten", "deleted", "restored"
+    "created",
+    "updated",
+    "superseded",
+    "confirmed",
+    "reinforced",
+    "forgotten",
+    "deleted",
+    "restored",
 ]
 
 

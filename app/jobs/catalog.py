@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.jobs import housekeeping, reindex, summaries
+from app.jobs import facts, housekeeping, reindex, summaries
 from app.jobs.registry import Registry
+from app.services.facts import FactExtractor
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
 from app.settings import Settings
@@ -18,6 +19,7 @@ def build_registry(
     *,
     summary_service: SummaryService | None = None,
     reindexer: Reindexer | None = None,
+    fact_extractor: FactExtractor | None = None,
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
     service or the reindexer (a test, a tool, a process without the vector index) leaves
@@ -28,4 +30,6 @@ def build_registry(
         summaries.register(registry, summary_service)
     if reindexer is not None:
         reindex.register(registry, reindexer)
+    if fact_extractor is not None:  # only with an LLM: without one nothing is extracted
+        facts.register(registry, fact_extractor)
     return registry

@@ -71,6 +71,15 @@ class MemoryOut(BaseModel):
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    valid_from: datetime | None = Field(default=None, description="when it became true")
+    valid_to: datetime | None = Field(
+        default=None,
+        description="when it stopped being true (a fact superseded or contradicted; "
+        "docs/facts.md); null while it holds",
+    )
+    superseded_by: uuid.UUID | None = Field(
+        default=None, description="the fact that replaced this one"
+    )
 
 
 class MemoryPage(BaseModel):
@@ -81,7 +90,9 @@ class MemoryPage(BaseModel):
 class MemoryEventOut(BaseModel):
     id: int
     memory_id: uuid.UUID
-    event: Literal["created", "updated", "superseded", "reinforced", "forgotten", "deleted"]
+    event: Literal[
+        "created", "updated", "superseded", "confirmed", "reinforced", "forgotten", "deleted"
+    ]
     old: dict[str, Any] | None
     new: dict[str, Any] | None
     reason: str | None
