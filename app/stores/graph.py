@@ -34,9 +34,7 @@ async def ensure_entities(
     for e in entities:  # the first spelling names it; the first type given types it
         seen = unique.get(e.name_key)
         if seen is None or (seen.entity_type is None and e.entity_type):
-            unique[e.name_key] = NewEntity(
-                seen.name if seen else e.name, e.name_key, e.entity_type
-            )
+            unique[e.name_key] = NewEntity(seen.name if seen else e.name, e.name_key, e.entity_type)
     stmt = _insert(tx, Entity).values(
         [
             {

@@ -185,7 +185,9 @@ async def test_a_changed_fact_supersedes_the_old_one(
     assert lisbon["sources"] == [{"session_id": session, "message_id": "seq:1", "seq": 1}]
     assert lisbon["valid_from"] == before.isoformat().replace("+00:00", "Z")
 
-    await post_messages(app, session, user, [turn("I live in Porto now.", created_at=moved.isoformat())])
+    await post_messages(
+        app, session, user, [turn("I live in Porto now.", created_at=moved.isoformat())]
+    )
     porto = await eventually(lambda: fact_with(app, user, "Porto"))
     assert len(calls) == 2
     # The old fact was shown to the model, found by vector similarity.

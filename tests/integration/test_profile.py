@@ -65,7 +65,11 @@ async def test_context_shows_the_profile_within_budget(
     await patch(running, user, {"city": "Porto", "pets": ["Mochi"]})
     fact = await running.client.post(
         "/v1/memories",
-        json={"user_id": user, "content": "The user is allergic to peanuts.", "memory_type": "semantic"},
+        json={
+            "user_id": user,
+            "content": "The user is allergic to peanuts.",
+            "memory_type": "semantic",
+        },
     )
     assert fact.status_code == 201, fact.text
     profile = (await running.client.get(f"/v1/users/{user}/profile")).json()
