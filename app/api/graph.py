@@ -34,6 +34,7 @@ async def add_triples(
     "/users/{user_id}/graph/entities",
     summary="A user's entities whose name contains `q`",
     response_model=EntityPage,
+    responses=problem_responses(),
 )
 async def list_entities(
     user_id: UserIdPath,

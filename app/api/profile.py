@@ -31,6 +31,7 @@ MergePatch = Annotated[
     summary="A user's profile: attributes and the facts learned",
     description="An unknown user has an empty profile.",
     response_model=Profile,
+    responses=problem_responses(),
 )
 async def get_profile(user_id: UserIdPath, tenant: TenantDep, profile: ProfileDep) -> Profile:
     return await profile.get(tenant, user_id)

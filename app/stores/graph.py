@@ -227,12 +227,3 @@ async def neighbors(
         .order_by(Relation.learned_at, Relation.id)
     )
     return nodes, list((await tx.execute(rel_stmt)).scalars().all())
-
-
-async def entities_by_ids(
-    tx: AsyncSession, tenant_id: str, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, Entity]:
-    if not ids:
-        return {}
-    stmt = sa.select(Entity).where(Entity.tenant_id == tenant_id, Entity.id.in_(list(ids)))
-    return {e.id: e for e in (await tx.execute(stmt)).scalars()}
