@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+import sqlalchemy.orm
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.models import Entity, Relation
@@ -186,17 +187,34 @@ async def neighbors(
     One recursive CTE: the walk carries (entity, hops) and stops at `depth`; `UNION` (not
     `UNION ALL`) drops repeated rows, so a cycle costs at most `depth` rounds."""
     current = _current(at)
-    scope = sa.and_(Relation.tenant_id == tenant_id, Relation.user_id == user_id, current)
-    edges = sa.union_all(
-        sa.select(Relation.subject_id.label("a"), Relation.object_id.label("b")).where(scope),
-        sa.select(Relation.object_id.label("a"), Relation.subject_id.label("b")).where(scope),
-    ).subquery("edges")
+    # Each frontier entity's relations are found through the index of either end: a
+    # correlated `id IN (by subject UNION ALL by object)`. A plain `OR` of the two ends (or
+    # a join to a union of both orientations) made SQLite scan all the user's relations
+    # for every frontier row; this form is an index search per end on both databases.
+    by_subject = sa.orm.aliased(Relation)
+    by_object = sa.orm.aliased(Relation)
     walk = sa.select(
         sa.literal(start, sa.Uuid()).label("entity_id"), sa.literal(0, sa.Integer()).label("hops")
     ).cte("walk", recursive=True)
+    touching = sa.union_all(
+        sa.select(by_subject.id).where(
+            by_subject.tenant_id == tenant_id,
+            by_subject.user_id == user_id,
+            by_subject.subject_id == walk.c.entity_id,
+        ),
+        sa.select(by_object.id).where(
+            by_object.tenant_id == tenant_id,
+            by_object.user_id == user_id,
+            by_object.object_id == walk.c.entity_id,
+        ),
+    )
+    step = sa.and_(Relation.id.in_(touching), current)
+    other_end = sa.case(
+        (Relation.subject_id == walk.c.entity_id, Relation.object_id), else_=Relation.subject_id
+    )
     walk = walk.union(
-        sa.select(edges.c.b, (walk.c.hops + 1).label("hops"))
-        .select_from(walk.join(edges, edges.c.a == walk.c.entity_id))
+        sa.select(other_end, (walk.c.hops + 1).label("hops"))
+        .select_from(walk.join(Relation, step))
         .where(walk.c.hops < depth)
     )
     reached = (
