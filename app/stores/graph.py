@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 import sqlalchemy.orm
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.models import Entity, Relation
@@ -245,3 +246,73 @@ async def neighbors(
         .order_by(Relation.learned_at, Relation.id)
     )
     return nodes, list((await tx.execute(rel_stmt)).scalars().all())
+
+
+def _mentions_session(tx: AsyncSession, session_id: str) -> sa.ColumnElement[bool]:
+    """Relations whose `sources` name the session."""
+    dialect = tx.bind.dialect.name if tx.bind is not None else "postgresql"
+    if dialect == "postgresql":
+        return Relation.sources.op("@>")(sa.cast([{"session_id": session_id}], JSONB))
+    each = sa.func.json_each(Relation.sources).table_valued("value").alias("src")
+    return sa.exists(
+        sa.select(1)
+        .select_from(each)
+        .where(sa.func.json_extract(each.c.value, "$.session_id") == session_id)
+    )
+
+
+async def lock_of_session(
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str
+) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """The sources of the user's relations that cite the session, locked in id order."""
+    stmt = (
+        sa.select(Relation.id, Relation.sources)
+        .where(
+            Relation.tenant_id == tenant_id,
+            Relation.user_id == user_id,
+            _mentions_session(tx, session_id),
+        )
+        .order_by(Relation.id)
+        .with_for_update()
+    )
+    return {rid: list(sources or []) for rid, sources in (await tx.execute(stmt)).all()}
+
+
+async def detach(
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    doomed: Sequence[uuid.UUID],
+    shrink: dict[uuid.UUID, list[dict[str, Any]]],
+) -> None:
+    """Delete relations, shrink others' sources, then the user's entities no relation
+    names any more (a name is itself something the erased session said)."""
+    if doomed:
+        await tx.execute(
+            sa.delete(Relation).where(
+                Relation.tenant_id == tenant_id, Relation.id.in_(list(doomed))
+            )
+        )
+    for rid, sources in shrink.items():
+        await tx.execute(
+            sa.update(Relation)
+            .where(Relation.tenant_id == tenant_id, Relation.id == rid)
+            .values(sources=sources)
+        )
+    if not doomed:
+        return
+    named = sa.union_all(
+        sa.select(Relation.subject_id).where(
+            Relation.tenant_id == tenant_id, Relation.user_id == user_id
+        ),
+        sa.select(Relation.object_id).where(
+            Relation.tenant_id == tenant_id, Relation.user_id == user_id
+        ),
+    )
+    await tx.execute(
+        sa.delete(Entity).where(
+            Entity.tenant_id == tenant_id,
+            Entity.user_id == user_id,
+            Entity.id.not_in(named),
+        )
+    )

@@ -284,3 +284,30 @@ async def test_without_an_llm_nothing_is_extracted(
             )
         ).scalar_one()
     assert jobs == 0
+
+
+async def test_deleting_a_session_takes_its_facts_and_relations(
+    app_with_llm: tuple[Running, list[list[dict[str, str]]]], ids: Callable[[str], str]
+) -> None:
+    app, _ = app_with_llm
+    user, session, other = ids("user"), ids("session"), ids("other")
+    await post_messages(app, session, user, [turn("My sister Anna lives in Berlin.")])
+    await post_messages(app, other, user, [turn("I live in Lisbon.")])
+    await eventually(lambda: fact_with(app, user, "Anna"))
+    await eventually(lambda: fact_with(app, user, "Lisbon"))
+    # A triple the caller wrote, without sources, is the caller's and stays.
+    resp = await app.client.post(
+        f"/v1/users/{user}/graph/triples",
+        json={"triples": [{"subject": "user", "predicate": "owns", "object": "Mochi"}]},
+    )
+    assert resp.status_code == 201, resp.text
+
+    deleted = await app.client.request(
+        "DELETE", f"/v1/sessions/{session}", params={"user_id": user}
+    )
+    assert deleted.status_code == 200, deleted.text
+    assert await fact_with(app, user, "Anna") is None
+    assert await fact_with(app, user, "Lisbon") is not None
+    entities = await app.client.get(f"/v1/users/{user}/graph/entities")
+    names = sorted(e["name"] for e in entities.json()["items"])
+    assert names == ["Lisbon", "Mochi", "user"]  # Anna and Berlin went with the session
