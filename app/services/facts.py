@@ -263,7 +263,7 @@ class FactExtractor:
                 valid_to = facts.ended_at(old.valid_from, d.at)
                 successor = ids[d.index] if d.action == "update" else None
                 await memory_store.end_validity(
-                    tx, old.id, valid_to=valid_to, superseded_by=successor, now=now
+                    tx, t, old.id, valid_to=valid_to, superseded_by=successor, now=now
                 )
                 ended.append(old.id)
                 patches.append((old.id, PayloadPatch(valid_to=valid_to)))

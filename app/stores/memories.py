@@ -407,6 +407,7 @@ async def lock_facts(
 
 async def end_validity(
     tx: AsyncSession,
+    tenant_id: str,
     memory_id: uuid.UUID,
     *,
     valid_to: datetime,
@@ -416,6 +417,6 @@ async def end_validity(
     """The fact stops being true at `valid_to`; the row stays, for history and `as_of`."""
     await tx.execute(
         sa.update(Memory)
-        .where(Memory.id == memory_id)
+        .where(Memory.tenant_id == tenant_id, Memory.id == memory_id)
         .values(valid_to=valid_to, superseded_by=superseded_by, updated_at=now)
     )
