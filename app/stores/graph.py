@@ -188,28 +188,37 @@ async def neighbors(
     One recursive CTE: the walk carries (entity, hops) and stops at `depth`; `UNION` (not
     `UNION ALL`) drops repeated rows, so a cycle costs at most `depth` rounds."""
     current = _current(at)
-    # Each frontier entity's relations are found through the index of either end: a
-    # correlated `id IN (by subject UNION ALL by object)`. A plain `OR` of the two ends (or
-    # a join to a union of both orientations) made SQLite scan all the user's relations
-    # for every frontier row; this form is an index search per end on both databases.
-    by_subject = sa.orm.aliased(Relation)
-    by_object = sa.orm.aliased(Relation)
     walk = sa.select(
         sa.literal(start, sa.Uuid()).label("entity_id"), sa.literal(0, sa.Integer()).label("hops")
     ).cte("walk", recursive=True)
-    touching = sa.union_all(
-        sa.select(by_subject.id).where(
-            by_subject.tenant_id == tenant_id,
-            by_subject.user_id == user_id,
-            by_subject.subject_id == walk.c.entity_id,
-        ),
-        sa.select(by_object.id).where(
-            by_object.tenant_id == tenant_id,
-            by_object.user_id == user_id,
-            by_object.object_id == walk.c.entity_id,
-        ),
+    scope = sa.and_(Relation.tenant_id == tenant_id, Relation.user_id == user_id, current)
+    touches = sa.or_(
+        Relation.subject_id == walk.c.entity_id, Relation.object_id == walk.c.entity_id
     )
-    step = sa.and_(Relation.id.in_(touching), current)
+    dialect = tx.bind.dialect.name if tx.bind is not None else "postgresql"
+    if dialect == "sqlite":
+        # SQLite plans an `OR` of the two ends (and a join to a union of both orientations)
+        # as a scan of every relation of the user per frontier row; a correlated
+        # `id IN (by subject UNION ALL by object)` is an index search on each end. On
+        # PostgreSQL that form is a subplan per relation row, and the `OR` a bitmap OR of
+        # the two indexes per frontier row: each database gets the form it plans well.
+        by_subject = sa.orm.aliased(Relation)
+        by_object = sa.orm.aliased(Relation)
+        touches = Relation.id.in_(
+            sa.union_all(
+                sa.select(by_subject.id).where(
+                    by_subject.tenant_id == tenant_id,
+                    by_subject.user_id == user_id,
+                    by_subject.subject_id == walk.c.entity_id,
+                ),
+                sa.select(by_object.id).where(
+                    by_object.tenant_id == tenant_id,
+                    by_object.user_id == user_id,
+                    by_object.object_id == walk.c.entity_id,
+                ),
+            )
+        )
+    step = sa.and_(scope, touches)
     other_end = sa.case(
         (Relation.subject_id == walk.c.entity_id, Relation.object_id), else_=Relation.subject_id
     )
