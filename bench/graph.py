@@ -148,7 +148,8 @@ async def main_async(args: argparse.Namespace) -> int:
         dsn = f"{base}/{made}"
     else:
         dsn = f"sqlite+aiosqlite:///{args.sqlite}"
-        await asyncio.to_thread(Path(args.sqlite).unlink, missing_ok=True)
+        for suffix in ("", "-wal", "-shm"):  # a stale WAL beside a new file corrupts it
+            await asyncio.to_thread(Path(args.sqlite + suffix).unlink, missing_ok=True)
     try:
         await migrate(dsn)
         db = Database(create_engine(dsn))
