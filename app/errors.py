@@ -168,6 +168,15 @@ class UserNotFound(NotFound):
         super().__init__(f"nothing is held about user {user_id!r}")
 
 
+class EntityNotFound(NotFound):
+    code = "entity_not_found"
+    title = "Entity not found"
+    description = "No entity of this name (or id) in this user's knowledge graph."
+
+    def __init__(self, entity: str) -> None:
+        super().__init__(f"no entity {entity!r} in this user's graph")
+
+
 class MethodNotAllowed(AppError):
     status = 405
     code = "method_not_allowed"
@@ -290,6 +299,15 @@ class RateLimited(AppError):
             f"the key's rate limit is spent; retry in {retry_after} s",
             headers={"Retry-After": str(retry_after)},
         )
+
+
+class ProfileTooLarge(PayloadTooLarge):
+    code = "profile_too_large"
+    title = "Profile too large"
+    description = "The profile's attributes after the patch exceed the server's limit."
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"attributes serialise to {size} bytes of JSON; the limit is {limit}")
 
 
 class UnsupportedMediaType(AppError):

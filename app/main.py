@@ -17,12 +17,14 @@ from app import logs
 from app.api import (
     admin,
     context,
+    graph,
     health,
     ingest,
     jobs,
     keys,
     memories,
     metrics,
+    profile,
     recall,
     rewrite,
     scratchpad,
@@ -123,6 +125,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         jobs,
         keys,
         admin,
+        profile,
+        graph,
     ):
         app.include_router(module.router)
     return app

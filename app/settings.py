@@ -214,6 +214,22 @@ class Settings(BaseSettings):
         default=3, ge=1, le=10, description="attempts per call (429, 5xx, time-outs retried)"
     )
 
+    # Fact extraction (with an LLM; docs/facts.md).
+    extract_facts: bool = Field(
+        default=True, description="with an LLM: one extraction job per promotion batch"
+    )
+    fact_candidates: int = Field(
+        default=8, ge=1, le=50, description="existing facts shown to the model per batch"
+    )
+    fact_similarity: float = Field(
+        # Low on purpose: "I moved to Porto last week." is 0.30 from "The user lives in
+        # Lisbon." (multilingual USE); the model decides, a few extra facts cost tokens only.
+        default=0.25,
+        ge=0,
+        le=1,
+        description="dense cosine from which an existing fact is shown to the model",
+    )
+
     # Promotion.
     dense_context_turns: int = Field(
         default=1, ge=0, le=4, description="previous turns embedded with each turn"

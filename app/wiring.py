@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from app.resources import Resources
 from app.services.context import ContextService
+from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
+from app.services.graph import GraphService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
@@ -21,6 +23,7 @@ from app.services.keys import KeyService
 from app.services.maintenance import MaintenanceService
 from app.services.memories import MemoryService
 from app.services.metrics import MetricsService
+from app.services.profile import ProfileService
 from app.services.promotion import Promoter
 from app.services.recall import RecallService
 from app.services.reindex import Reindexer
@@ -49,6 +52,8 @@ class Services:
     metrics: MetricsService
     forgetting: ForgettingService
     maintenance: MaintenanceService
+    profile: ProfileService
+    graph: GraphService
 
 
 def build_services(resources: Resources) -> Services:
@@ -70,6 +75,7 @@ def build_services(resources: Resources) -> Services:
     )
     jobs = JobService(r.db, max_attempts=r.settings.job_max_attempts)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
+    profile = ProfileService(r.db)
     return Services(
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder, build_reindexer(resources)),
@@ -82,6 +88,7 @@ def build_services(resources: Resources) -> Services:
             window=r.settings.buffer_window,
             shares=r.settings.context_shares,
             summaries=summaries,
+            profile=profile,
         ),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping},
@@ -99,6 +106,8 @@ def build_services(resources: Resources) -> Services:
         metrics=MetricsService(r.db, r.metrics),
         forgetting=build_forgetting(resources),
         maintenance=MaintenanceService(jobs),
+        profile=profile,
+        graph=GraphService(r.db),
     )
 
 
@@ -142,5 +151,20 @@ def build_reindexer(resources: Resources) -> Reindexer:
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:
     r = resources
     return Promoter(
-        r.db, r.vectors, r.embedder, r.settings, owner=owner, stop=stop, signals=r.signals
+        r.db,
+        r.vectors,
+        r.embedder,
+        r.settings,
+        owner=owner,
+        stop=stop,
+        signals=r.signals,
+        extract_facts=build_fact_extractor(resources) is not None,
     )
+
+
+def build_fact_extractor(resources: Resources) -> FactExtractor | None:
+    """None without an LLM (or with extraction turned off): then nothing is extracted."""
+    r = resources
+    if r.llm is None or not r.settings.extract_facts:
+        return None
+    return FactExtractor(r.db, r.vectors, r.embedder, r.llm, r.settings)

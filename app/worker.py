@@ -27,6 +27,7 @@ from app.stores import heartbeats
 from app.stores.signals import Signals
 from app.wiring import (
     build_erasure,
+    build_fact_extractor,
     build_forgetting,
     build_promoter,
     build_reindexer,
@@ -57,6 +58,7 @@ async def run_worker(
             erasure_service=build_erasure(resources),
             forgetting=build_forgetting(resources),
             promote=promoter.run_once,
+            fact_extractor=build_fact_extractor(resources),
         )
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)

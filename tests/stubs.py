@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+import orjson
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 
 @contextlib.asynccontextmanager
@@ -29,3 +32,31 @@ async def serve(app: FastAPI) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await task
+
+
+ChatResponder = Callable[[list[dict[str, str]]], Any]
+"""Answers one chat completion: the request's messages in, the JSON answer out (any value,
+serialised as the completion's content), or an int for an HTTP error status."""
+
+
+def chat_app(responder: ChatResponder, calls: list[list[dict[str, str]]]) -> FastAPI:
+    """An OpenAI-compatible `/v1/chat/completions` whose answers `responder` computes from
+    the prompt (a scripted model); every request's messages are appended to `calls`."""
+    app = FastAPI()
+
+    async def chat(request: Request) -> Any:
+        body = await request.json()
+        messages: list[dict[str, str]] = body["messages"]
+        calls.append(messages)
+        answer = responder(messages)
+        if isinstance(answer, int):
+            return JSONResponse({"error": "stub"}, status_code=answer)
+        return {
+            "choices": [
+                {"message": {"role": "assistant", "content": orjson.dumps(answer).decode()}}
+            ],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20},
+        }
+
+    app.add_api_route("/v1/chat/completions", chat, methods=["POST"])
+    return app

@@ -23,12 +23,14 @@ from app.core.auth import (
 from app.errors import InsufficientScope, LoopbackOnly, UserNotAllowed
 from app.services.context import ContextService
 from app.services.forgetting import ForgettingService
+from app.services.graph import GraphService
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.keys import KeyService
 from app.services.maintenance import MaintenanceService
 from app.services.memories import MemoryService
+from app.services.profile import ProfileService
 from app.services.recall import RecallService
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
@@ -213,6 +215,18 @@ def _maintenance(request: Request) -> MaintenanceService:
 
 MaintenanceDep = Annotated[MaintenanceService, Depends(_maintenance)]
 
+
+def _profile(request: Request) -> ProfileService:
+    return _services(request).profile
+
+
+def _graph(request: Request) -> GraphService:
+    return _services(request).graph
+
+
+ProfileDep = Annotated[ProfileService, Depends(_profile)]
+GraphDep = Annotated[GraphService, Depends(_graph)]
+
 SessionIdPath = Annotated[
     str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])
 ]
@@ -220,3 +234,6 @@ UserIdQuery = Annotated[
     str, Query(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
 ]
 LimitQuery = Annotated[int, Query(ge=1, le=200, description="page size")]
+UserIdPath = Annotated[
+    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
+]

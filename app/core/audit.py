@@ -15,6 +15,7 @@ EventName = Literal[
     "created",
     "updated",
     "superseded",
+    "confirmed",
     "reinforced",
     "forgotten",
     "deleted",

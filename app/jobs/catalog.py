@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.jobs import erasure, housekeeping, reindex, summaries
+from app.jobs import erasure, facts, housekeeping, reindex, summaries
 from app.jobs import forgetting as forgetting_jobs
 from app.jobs.forgetting import PromotePass
 from app.jobs.registry import Registry
+from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
@@ -25,6 +26,7 @@ def build_registry(
     erasure_service: ErasureService | None = None,
     forgetting: ForgettingService | None = None,
     promote: PromotePass | None = None,
+    fact_extractor: FactExtractor | None = None,
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
     service, the reindexer or the erasure service (a test, a tool, a process without the
@@ -50,4 +52,6 @@ def build_registry(
                 promote=promote,
                 clock=forgetting.clock,
             )
+    if fact_extractor is not None:  # only with an LLM: without one nothing is extracted
+        facts.register(registry, fact_extractor)
     return registry

@@ -37,7 +37,10 @@ class SummaryOut(BaseModel):
 class ContextSections(BaseModel):
     system_prompt: str
     working_memory: dict[str, Any]
-    profile: dict[str, Any]
+    profile: dict[str, Any] = Field(
+        description="what of the user's profile fit: `attributes` (an object) and `facts` "
+        "(current facts, newest first); `{}` when the profile is empty"
+    )
     summaries: list[SummaryOut]
     memories: list[RecallResult]
     recent_messages: list[MessageOut]

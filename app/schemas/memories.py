@@ -79,6 +79,15 @@ class MemoryOut(BaseModel):
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    valid_from: datetime | None = Field(default=None, description="when it became true")
+    valid_to: datetime | None = Field(
+        default=None,
+        description="when it stopped being true (a fact superseded or contradicted; "
+        "docs/facts.md); null while it holds",
+    )
+    superseded_by: uuid.UUID | None = Field(
+        default=None, description="the fact that replaced this one"
+    )
 
 
 class MemoryPage(BaseModel):
@@ -93,6 +102,7 @@ class MemoryEventOut(BaseModel):
         "created",
         "updated",
         "superseded",
+        "confirmed",
         "reinforced",
         "forgotten",
         "restored",

@@ -6,7 +6,8 @@ rendered in this order as headed blocks, one line per item:
 
     ## Instructions           the system prompt, whole
     ## Working memory         - key: value   (the scratchpad; a string as is, else JSON)
-    ## About the user         - key: value   (the profile)
+    ## About the user         - key: value   (the profile's attributes)
+                              - [since 2024-06-01] fact   (its current facts, newest first)
     ## Earlier, in summary    - [weekly from 2024-06-03] content   (oldest first)
     ## Relevant memories      - [2024-06-05] content   (best first)
     ## Recent conversation    speaker: content   (oldest first)
@@ -33,8 +34,10 @@ from app.errors import TokenBudgetTooSmall
 from app.schemas.common import LLMUsage
 from app.schemas.context import ContextRequest, ContextResponse, ContextSections, SummaryOut
 from app.schemas.ingest import MessageOut, SessionOut
+from app.schemas.profile import Profile, ProfileFact
 from app.schemas.recall import RecallResult
 from app.services.ingest import IngestService
+from app.services.profile import ProfileService
 from app.services.recall import RecallService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import SearchSpec
@@ -145,6 +148,11 @@ def entry_line(key: str, value: Any) -> str:
     return f"{key}: {shown}"
 
 
+def fact_line(f: ProfileFact) -> str:
+    since = f.valid_from or f.created_at
+    return f"[since {since.date().isoformat()}] {f.content}"
+
+
 def summary_line(s: SummaryOut) -> str:
     return f"[{s.level} from {s.period_start.date().isoformat()}] {s.content}"
 
@@ -160,6 +168,7 @@ class ContextService:
         window: int,
         shares: Mapping[str, float] = DEFAULT_SHARES,
         summaries: SummaryService | None = None,
+        profile: ProfileService | None = None,
     ) -> None:
         unknown = set(shares) - set(section_names())
         if unknown:
@@ -171,6 +180,7 @@ class ContextService:
         self.window = window  # newest turns read for packing (the buffer's window)
         self.shares = dict(shares)
         self.summaries = summaries  # None: no summaries section (a service built without)
+        self.profile = profile  # None: no profile section
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
         """Read the conversation, recall for its last question, add the older periods'
@@ -179,14 +189,16 @@ class ContextService:
         recent, last_user, working_memory = await self._conversation(tenant_id, session, body)
         recalled = await self._recall(tenant_id, session_id, body, recent, last_user)
         memories = recalled.memories
-        # The profile is filled by the issue that brings it; its section is in place,
-        # and an empty section renders nothing.
-        profile: dict[str, Any] = {}
+        profile = await self._profile(tenant_id, body)
+        attributes = list(profile.attributes.items())
         summaries = await self._summaries(tenant_id, body, recent)
         sections = layout(
             system_prompt=session.system_prompt or "",
             working_memory=[entry_line(k, v) for k, v in working_memory.items()],
-            profile=[entry_line(k, v) for k, v in profile.items()],
+            profile=[
+                *(entry_line(k, v) for k, v in attributes),
+                *(fact_line(f) for f in profile.facts),
+            ],
             summaries=[summary_line(x) for x in summaries],
             memories=[memory_line(r) for r in memories],
             recent=[message_line(m) for m in recent],
@@ -212,7 +224,7 @@ class ContextService:
             sections=ContextSections(
                 system_prompt=session.system_prompt or "",
                 working_memory=_kept_entries(working_memory, kept["working_memory"]),
-                profile=_kept_entries(profile, kept["profile"]),
+                profile=_kept_profile(attributes, profile.facts, kept["profile"]),
                 summaries=[summaries[i] for i in kept["summaries"]],
                 memories=kept_memories,
                 recent_messages=[
@@ -300,6 +312,12 @@ class ContextService:
         ]
         return _Recalled(memories, search.rewritten_query, search.llm_usage, search.used)
 
+    async def _profile(self, tenant_id: str, body: ContextRequest) -> Profile:
+        """The attributes and the facts true at `as_of` (or now)."""
+        if self.profile is None:
+            return Profile(user_id=body.user_id, attributes={}, facts=[])
+        return await self.profile.get(tenant_id, body.user_id, as_of=body.as_of)
+
     async def _summaries(
         self, tenant_id: str, body: ContextRequest, recent: list[MessageOut]
     ) -> list[SummaryOut]:
@@ -318,6 +336,21 @@ class _Recalled:
     rewritten_query: str | None
     llm_usage: dict[str, int] | None
     used: frozenset[uuid.UUID] = frozenset()  # those a use reinforces (`Found.used`)
+
+
+def _kept_profile(
+    attributes: list[tuple[str, Any]], facts: list[ProfileFact], kept: Sequence[int]
+) -> dict[str, Any]:
+    """The profile section as answered: the attributes and facts that fit the budget."""
+    n = len(attributes)
+    out: dict[str, Any] = {}
+    kept_attributes = {attributes[i][0]: attributes[i][1] for i in kept if i < n}
+    kept_facts = [facts[i - n].model_dump(mode="json") for i in kept if i >= n]
+    if kept_attributes:
+        out["attributes"] = kept_attributes
+    if kept_facts:
+        out["facts"] = kept_facts
+    return out
 
 
 def _kept_entries(entries: dict[str, Any], kept: Sequence[int]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from app.core import periods
 from app.core.erasure import DetachPlan, plan_detach, plan_summaries
+from app.core.graph import detach_session
 from app.core.periods import Level
 from app.errors import (
     AppError,
@@ -34,6 +35,7 @@ from app.schemas.ingest import (
     SessionUpsert,
 )
 from app.settings import Settings
+from app.stores import graph as graph_store
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
@@ -171,6 +173,7 @@ class IngestService:
             await self._owned(tx, tenant_id, session_id, user_id, lock=True)
             plan = await self._detach_memories(tx, tenant_id, user_id, session_id, now)
             summaries = await self._detach_summaries(tx, tenant_id, user_id, session_id)
+            await self._detach_graph(tx, tenant_id, user_id, session_id)
             count = await message_store.delete_session(tx, tenant_id, session_id)
             await session_store.delete(tx, tenant_id, session_id)
             # The index follows the canonical rows inside the transaction: if Qdrant is down,
@@ -202,6 +205,13 @@ class IngestService:
         doomed = plan_summaries(candidates, session_id)
         await summary_store.delete_ids(tx, [s.id for s in doomed])
         return doomed
+
+    @staticmethod
+    async def _detach_graph(tx: Any, tenant_id: str, user_id: str, session_id: str) -> None:
+        """Relations extracted from the session (docs/facts.md) go with it."""
+        cited = await graph_store.lock_of_session(tx, tenant_id, user_id, session_id)
+        doomed, shrink = detach_session(cited, session_id)
+        await graph_store.detach(tx, tenant_id, user_id, doomed, shrink)
 
     async def _resummarize(self, tenant_id: str, user_id: str, removed: list[Summary]) -> None:
         """After the commit, queue the removed summaries' periods again, lower levels

@@ -54,6 +54,9 @@ def memory_out(row: Memory) -> MemoryOut:
         metadata=row.metadata_,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        valid_from=row.valid_from,
+        valid_to=row.valid_to,
+        superseded_by=row.superseded_by,
     )
 
 

@@ -40,6 +40,7 @@ from app.core.dedupe import (
 )
 from app.errors import EmbeddingRejected
 from app.providers.embeddings import Embedder
+from app.services.facts import enqueue_extraction
 from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
@@ -67,6 +68,7 @@ class Promoter:
         owner: str,
         stop: asyncio.Event | None = None,
         signals: Signals | None = None,
+        extract_facts: bool = False,
     ) -> None:
         self.db = db
         self.vectors = vectors
@@ -78,6 +80,9 @@ class Promoter:
         # The vectors of the lines embedded lately: a slice's context turns were the last
         # slice's new ones, and a long turn costs tenths of a second to embed again.
         self.recent_lines = LineCache(512)
+        # With an LLM: each committed batch with a user message queues its fact
+        # extraction (app/services/facts.py), in the batch's own transaction.
+        self.extract_facts = extract_facts
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
@@ -151,7 +156,8 @@ class Promoter:
             dense_context=self.settings.dense_context_turns,
             sparse_context=self.settings.sparse_context_turns,
         )
-        if not await self._write(claim, chunks, cursor, new_upto):
+        extract = self.extract_facts and any(m.role == "user" for m in new)
+        if not await self._write(claim, chunks, cursor, new_upto, extract=extract):
             log.info("lease on %s lost; another worker goes on", claim.session_id)
             return 0
         if self.signals is not None:
@@ -165,7 +171,9 @@ class Promoter:
             self.embedder, chunks, self.settings.dense_context_weight, self.recent_lines
         )
 
-    async def _write(self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int) -> bool:
+    async def _write(
+        self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int, *, extract: bool
+    ) -> bool:
         """Embed, read what exists, plan (pure), then write: the points, then one transaction.
 
         False when the batch was rolled back because the lease was lost or a merge target
@@ -185,6 +193,10 @@ class Promoter:
         try:
             async with self.db.transaction() as tx:
                 await self._commit(tx, claim, plan, from_seq, to_seq)
+                if extract:
+                    await enqueue_extraction(
+                        tx, claim, from_seq, to_seq, max_attempts=self.settings.job_max_attempts
+                    )
         except (_Stale, _LeaseLost):
             # Perhaps the session was deleted meanwhile: then its fresh points must go too.
             await self._forget_points_of_gone_session(claim, [p.id for p in points])

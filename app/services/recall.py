@@ -149,6 +149,9 @@ class RecallService:
                 created_to=upper.timestamp() if upper else None,
                 metadata=dict(spec.metadata),
                 source_session=spec.session_id if spec.session_scope else None,
+                # Facts that had ended by then (superseded, contradicted) are not recalled;
+                # with `as_of` before the change, the old fact is (docs/facts.md).
+                valid_at=(spec.as_of or self.clock()).timestamp(),
             )
         )
         return Pool(lists, max_access, dense, frozenset(sparse.indices))

@@ -384,3 +384,65 @@ async def live_ids(
         )
         found.update((await tx.execute(stmt)).scalars())
     return found
+
+
+FACT_TYPES = ("semantic", "procedural")
+
+
+async def current_facts(
+    tx: AsyncSession, tenant_id: str, user_id: str, *, at: datetime | None, limit: int
+) -> list[Memory]:
+    """The user's semantic and procedural memories true at `at` (None: now), newest first:
+    begun by then, not ended by then, not deleted."""
+    stmt = sa.select(Memory).where(
+        Memory.tenant_id == tenant_id,
+        Memory.user_id == user_id,
+        Memory.memory_type.in_(FACT_TYPES),
+        Memory.deleted_at.is_(None),
+    )
+    if at is None:
+        stmt = stmt.where(Memory.valid_to.is_(None))
+    else:
+        stmt = stmt.where(
+            Memory.created_at <= at, sa.or_(Memory.valid_to.is_(None), Memory.valid_to > at)
+        )
+    stmt = stmt.order_by(Memory.created_at.desc(), Memory.id.desc()).limit(limit)
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def lock_facts(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Memory]:
+    """The user's live facts among `ids`, locked in id order (as every multi-row lock)."""
+    if not ids:
+        return {}
+    stmt = (
+        sa.select(Memory)
+        .where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.id.in_(list(ids)),
+            Memory.deleted_at.is_(None),
+        )
+        .order_by(Memory.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return {m.id: m for m in (await tx.execute(stmt)).scalars()}
+
+
+async def end_validity(
+    tx: AsyncSession,
+    tenant_id: str,
+    memory_id: uuid.UUID,
+    *,
+    valid_to: datetime,
+    superseded_by: uuid.UUID | None,
+    now: datetime,
+) -> None:
+    """The fact stops being true at `valid_to`; the row stays, for history and `as_of`."""
+    await tx.execute(
+        sa.update(Memory)
+        .where(Memory.tenant_id == tenant_id, Memory.id == memory_id)
+        .values(valid_to=valid_to, superseded_by=superseded_by, updated_at=now)
+    )

@@ -204,6 +204,8 @@ class Memory(Base):
             postgresql_where=sa.text("forgotten_at IS NOT NULL AND purged_at IS NULL"),
             sqlite_where=sa.text("forgotten_at IS NOT NULL AND purged_at IS NULL"),
         ),
+        # The profile's current facts (semantic and procedural memories).
+        sa.Index("ix_memories_user_type", "tenant_id", "user_id", "memory_type"),
     )
 
 
@@ -321,4 +323,49 @@ class Summary(Base):
         sa.CheckConstraint("method IN ('extractive', 'llm')", name="method"),
         # The sweep's scan of recent dailies and weeklies.
         sa.Index("ix_summaries_level_period", "level", "period_start"),
+    )
+
+
+class Entity(Base):
+    """A node of a user's knowledge graph (docs/facts.md): one row per name, compared
+    case-folded (`name_key`)."""
+
+    __tablename__ = "entities"
+
+    id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(128))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    name: Mapped[str] = mapped_column(sa.String(256))
+    name_key: Mapped[str] = mapped_column(sa.String(256))
+    entity_type: Mapped[str | None] = mapped_column(sa.String(64))
+    learned_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "user_id", "name_key"),)
+
+
+class Relation(Base):
+    """An edge `subject —predicate→ object`, bi-temporal: `valid_from`/`valid_to` say when
+    it held in the world, `learned_at`/`retracted_at` when Strata believed it."""
+
+    __tablename__ = "relations"
+
+    id: Mapped[uuid.UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(128))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    subject_id: Mapped[uuid.UUID] = mapped_column(sa.ForeignKey("entities.id", ondelete="CASCADE"))
+    predicate: Mapped[str] = mapped_column(sa.String(128))
+    object_id: Mapped[uuid.UUID] = mapped_column(sa.ForeignKey("entities.id", ondelete="CASCADE"))
+    valid_from: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    valid_to: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    learned_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    retracted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The extracted fact this edge came from: superseding the fact ends the edge too.
+    memory_id: Mapped[uuid.UUID | None] = mapped_column(sa.Uuid())
+    sources: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+
+    __table_args__ = (
+        sa.Index("ix_relations_subject", "tenant_id", "user_id", "subject_id"),
+        sa.Index("ix_relations_object", "tenant_id", "user_id", "object_id"),
+        sa.Index("ix_relations_memory", "tenant_id", "memory_id"),
     )

@@ -210,7 +210,11 @@ class QdrantEdgeIndex:
                     "created_at", range=qe.RangeFloat(gte=q.created_from, lte=q.created_to)
                 )
             )
-        return qe.Filter(must=must)
+        # A point without `valid_to` matches no range, so only ended facts are excluded.
+        must_not: list[Any] = []
+        if q.valid_at is not None:
+            must_not.append(qe.FieldCondition("valid_to", range=qe.RangeFloat(lte=q.valid_at)))
+        return qe.Filter(must=must, must_not=must_not or None)
 
     async def candidates(self, query: VectorQuery) -> CandidateLists:
         import qdrant_edge as qe

@@ -134,7 +134,11 @@ class QdrantServerIndex:
                     key="created_at", range=qm.Range(gte=q.created_from, lte=q.created_to)
                 )
             )
-        return qm.Filter(must=must)
+        # A point without `valid_to` matches no range, so only ended facts are excluded.
+        must_not: list[qm.Condition] = []
+        if q.valid_at is not None:
+            must_not.append(qm.FieldCondition(key="valid_to", range=qm.Range(lte=q.valid_at)))
+        return qm.Filter(must=must, must_not=must_not or None)
 
     async def candidates(self, query: VectorQuery) -> CandidateLists:
         flt = self._filter(query)

@@ -46,6 +46,7 @@ class PayloadPatch(TypedDict, total=False):
     created_at: datetime
     access_count: int
     last_accessed_at: datetime | None
+    valid_to: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,9 @@ class MemoryPayload:
     access_count: int = 0
     last_accessed_at: datetime | None = None
     kind: str = "memory"
+    # When a fact stopped being true (superseded or contradicted, docs/facts.md); None while
+    # it holds. Recall's valid-time filter hides a point from `valid_to` on.
+    valid_to: datetime | None = None
     # The speaker's role of a promoted turn (its content is "speaker: text"); None for a
     # memory a caller wrote. Fixed at creation, like the content.
     role: str | None = None
@@ -91,6 +95,7 @@ class MemoryPayload:
             pinned=row.pinned,
             access_count=row.access_count,
             last_accessed_at=row.last_accessed_at,
+            valid_to=row.valid_to,
             role=role,
         )
 
@@ -106,6 +111,7 @@ class MemoryPayload:
             "created_at": self.created_at,
             "access_count": self.access_count,
             "last_accessed_at": self.last_accessed_at,
+            "valid_to": self.valid_to,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +127,7 @@ class MemoryPayload:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> MemoryPayload:
         last = raw.get("last_accessed_at")
+        valid_to = raw.get("valid_to")
         return cls(
             tenant_id=raw["tenant_id"],
             user_id=raw["user_id"],
@@ -135,6 +142,7 @@ class MemoryPayload:
             access_count=int(raw.get("access_count", 0)),
             last_accessed_at=datetime.fromtimestamp(last, UTC) if last is not None else None,
             kind=raw.get("kind", "memory"),
+            valid_to=datetime.fromtimestamp(valid_to, UTC) if valid_to is not None else None,
             role=raw.get("role"),
         )
 
@@ -159,6 +167,7 @@ _ENCODE: dict[str, Callable[[Any], Any]] = {
     "pinned": int,  # Qdrant Edge 0.9 matched nothing on a boolean value
     "created_at": _epoch,
     "last_accessed_at": _epoch,
+    "valid_to": _epoch,
 }
 
 
@@ -225,6 +234,9 @@ class VectorQuery:
     created_to: float | None = None
     metadata: dict[str, str | int | bool] = field(default_factory=dict)
     source_session: str | None = None  # only memories with a source in this session
+    # Valid time (epoch seconds): only points still true then, i.e. without a `valid_to`
+    # at or before it (docs/facts.md). None: no valid-time filter.
+    valid_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ with everyone else's. `worker_heartbeats` is written by each running worker; `/r
 reads it beside the index lag.
 
 Revision ID: 2026_12_02_fair
-Revises: 2026_12_01_summaries
+Revises: 2026_12_02_keys
 Create Date: 2026-12-02 00:00:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "2026_12_02_fair"
-down_revision: str | None = "2026_12_01_summaries"
+down_revision: str | None = "2026_12_02_keys"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -2,7 +2,7 @@
 forgetting policy (docs/forgetting.md).
 
 Revision ID: 2026_12_02_forget
-Revises: 2026_12_01_summaries
+Revises: 2026_12_02_userdata
 Create Date: 2026-12-02 09:00:00
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "2026_12_02_forget"
-down_revision: str | None = "2026_12_01_summaries"
+down_revision: str | None = "2026_12_02_userdata"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

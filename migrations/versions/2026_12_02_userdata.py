@@ -2,7 +2,7 @@
 the user until the erasure has removed everything and the row itself.
 
 Revision ID: 2026_12_02_userdata
-Revises: 2026_12_01_summaries
+Revises: 2026_12_02_fair
 Create Date: 2026-12-02 09:00:00
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "2026_12_02_userdata"
-down_revision: str | None = "2026_12_01_summaries"
+down_revision: str | None = "2026_12_02_fair"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

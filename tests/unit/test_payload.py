@@ -43,6 +43,7 @@ def test_the_stored_form_is_what_the_index_filters_on() -> None:
         "access_count": 4,
         "created_at": CREATED.timestamp(),
         "last_accessed_at": SEEN.timestamp(),
+        "valid_to": None,  # a fact's end (docs/facts.md); None while it holds
         "sources": [{"session_id": "s", "message_id": "m1", "seq": 1}],
         "metadata": {"topic": "drinks", "n": 3, "flag": True, "nested": {"x": 1}},
         "meta_filter": {"topic": "drinks", "n": 3, "bool:flag": 1},

@@ -1,0 +1,82 @@
+"""A user's knowledge graph: entities and bi-temporal relations."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, Field, StringConstraints
+
+from app.schemas.common import EventTime, Source, StrictModel
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
+Predicate = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_whitespace=True)]
+EntityType = Annotated[str, StringConstraints(min_length=1, max_length=64, strip_whitespace=True)]
+
+
+class TripleIn(StrictModel):
+    subject: Name
+    predicate: Predicate = Field(description='stored as lower snake case ("lives_in")')
+    object: Name
+    subject_type: EntityType | None = None
+    object_type: EntityType | None = None
+    valid_from: EventTime | None = Field(default=None, description="when it became true")
+    valid_to: EventTime | None = Field(default=None, description="when it stopped being true")
+
+
+class TriplesIn(StrictModel):
+    triples: list[TripleIn] = Field(min_length=1, max_length=500)
+
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "triples": [
+                        {"subject": "user", "predicate": "sister", "object": "Anna"},
+                        {"subject": "Anna", "predicate": "lives_in", "object": "Berlin"},
+                    ]
+                }
+            ]
+        }
+    }
+
+
+class EntityOut(BaseModel):
+    id: uuid.UUID
+    name: str
+    entity_type: str | None
+    learned_at: datetime
+
+
+class RelationOut(BaseModel):
+    id: uuid.UUID
+    subject: str
+    predicate: str
+    object: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    learned_at: datetime
+    memory_id: uuid.UUID | None = Field(description="the extracted fact it restates")
+    sources: list[Source]
+
+
+class TriplesOut(BaseModel):
+    created: int = Field(description="relations written")
+    existing: int = Field(description="relations already known and current (not repeated)")
+    relations: list[RelationOut]
+
+
+class EntityPage(BaseModel):
+    items: list[EntityOut]
+
+
+class NeighborOut(EntityOut):
+    depth: int = Field(description="hops from the entity asked about (0: itself)")
+
+
+class Neighborhood(BaseModel):
+    entity: EntityOut
+    depth: int
+    nodes: list[NeighborOut]
+    relations: list[RelationOut]

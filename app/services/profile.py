@@ -1,0 +1,59 @@
+"""Profiles (docs/facts.md): a user's structured attributes, changed by JSON merge-patch,
+beside the facts extraction learned; context shows both in its profile section."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from app.core.profile import merge_patch
+from app.errors import InvalidInput, ProfileTooLarge
+from app.schemas.common import Source
+from app.schemas.profile import MAX_PROFILE_BYTES, Profile, ProfileFact
+from app.stores import memories as memory_store
+from app.stores import users as user_store
+from app.stores.db import Database
+from app.stores.models import Memory
+
+
+class ProfileService:
+    def __init__(self, db: Database, *, max_facts: int = 100) -> None:
+        self.db = db
+        self.max_facts = max_facts
+
+    async def get(self, tenant_id: str, user_id: str, *, as_of: datetime | None = None) -> Profile:
+        """The attributes (as they are now: they have no history) and the facts true at
+        `as_of` (None: now). A user Strata has never seen has an empty profile."""
+        async with self.db.read() as tx:
+            attributes = await user_store.profile(tx, tenant_id, user_id) or {}
+            facts = await memory_store.current_facts(
+                tx, tenant_id, user_id, at=as_of, limit=self.max_facts
+            )
+        return Profile(user_id=user_id, attributes=attributes, facts=[fact_out(f) for f in facts])
+
+    async def patch(self, tenant_id: str, user_id: str, patch: Any) -> Profile:
+        """Apply an RFC 7396 merge-patch to the attributes, under the user's row lock."""
+        if not isinstance(patch, dict):
+            raise InvalidInput("body", "a profile merge-patch must be a JSON object")
+        async with self.db.transaction() as tx:
+            current = await user_store.lock_profile(tx, tenant_id, user_id, datetime.now(UTC))
+            merged = merge_patch(current, patch)
+            size = len(orjson.dumps(merged))
+            if size > MAX_PROFILE_BYTES:
+                raise ProfileTooLarge(size, MAX_PROFILE_BYTES)
+            await user_store.save_profile(tx, tenant_id, user_id, merged)
+        return await self.get(tenant_id, user_id)
+
+
+def fact_out(row: Memory) -> ProfileFact:
+    return ProfileFact(
+        id=row.id,
+        content=row.content,
+        memory_type=row.memory_type,
+        importance=row.importance,
+        valid_from=row.valid_from,
+        created_at=row.created_at,
+        sources=[Source.model_validate(s) for s in row.sources],
+    )
