@@ -204,6 +204,7 @@ def run_config(n: int, args: argparse.Namespace, admin_dsn: str, work: Path) -> 
             "STRATA_REDIS_URL": args.redis,
             "STRATA_WORKER_IN_PROCESS": "false",
             "STRATA_AUTO_MIGRATE": "false",
+            "STRATA_AUTH_MODE": "open",  # a loopback benchmark
             "STRATA_LOG_LEVEL": "WARNING",
         }
     )
@@ -240,8 +241,9 @@ def run_config(n: int, args: argparse.Namespace, admin_dsn: str, work: Path) -> 
         with contextlib.ExitStack() as stack:
             for i in range(n):
                 worker_env = {**env, "STRATA_DATA_DIR": str(work / f"worker-{n}-{i}")}
-                if args.qdrant:  # one shared collection, as in production
-                    worker_env["STRATA_QDRANT_URL"] = args.qdrant
+                # One shared collection, as in production; without a server each worker
+                # writes an in-memory index of its own (a worker may not open an Edge shard).
+                worker_env["STRATA_QDRANT_URL"] = args.qdrant or ":memory:"
                 stack.enter_context(
                     started(
                         [sys.executable, "-m", "app.worker"],

@@ -24,6 +24,11 @@ from app.stores.models import Base
 TENANT_TABLES = frozenset(t.name for t in Base.metadata.sorted_tables if "tenant_id" in t.c)
 
 CROSS_TENANT: dict[str, str] = {
+    # Forgetting: the nightly sweep walks every tenant's memories under one leader lease.
+    "app.stores.forgetting.sweep_page": "the forgetting sweep pages through all tenants",
+    "app.stores.forgetting.due_for_purge": "the purge sweep pages through all tenants",
+    # Readiness and metrics: an operator's figure over the whole service.
+    "app.stores.sessions.index_lag": "/readyz reports the service's index lag",
     # Keys: the gate finds a key by its id before it knows whose it is.
     "app.stores.keys.find": "the gate looks a key up by id, before it knows the tenant",
     "app.stores.keys.count_active": "start-up: does any tenant have a key",
@@ -61,6 +66,10 @@ BY_ID: dict[str, str] = dict.fromkeys(
         "app.stores.memories.update_fields",
         "app.stores.summaries.get",
         "app.stores.summaries.delete_ids",
+        "app.stores.forgetting.forget",
+        "app.stores.forgetting.pin",
+        "app.stores.forgetting.purge",
+        "app.stores.forgetting.restore",
     ),
     "by primary key (a random UUID) of rows found under the tenant just before",
 )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.common import Identifier, StrictModel
+from app.schemas.common import Identifier, StrictModel, Uuid
 
-IdList = list[uuid.UUID]
+IdList = list[Uuid]
 
 
 class FeedbackRequest(StrictModel):

@@ -20,6 +20,8 @@ ERASED = (
     "memory_events",
     "summaries",
     "jobs",
+    "relations",
+    "entities",
 )
 
 
@@ -32,6 +34,8 @@ class ErasureCounts(BaseModel):
     memory_events: int = Field(description="audit events deleted (they quote the content)")
     summaries: int = Field(description="summary rows deleted")
     jobs: int = Field(description="background jobs about the user deleted")
+    relations: int = Field(description="knowledge-graph relations deleted")
+    entities: int = Field(description="knowledge-graph entities deleted")
 
     @classmethod
     def zero(cls) -> ErasureCounts:

@@ -170,6 +170,7 @@ class UserSections:
             ExportSection("buffer", self.buffers),
             ExportSection("memories", self.memories),
             ExportSection("summaries", self.summaries),
+            ExportSection("graph", self.graph),
             ExportSection("jobs", self.jobs),
         ]
 
@@ -271,6 +272,28 @@ class UserSections:
 
         async for chunk in _array(each()):
             yield chunk
+
+    async def graph(self, tenant_id: str, user_id: str) -> Chunks:
+        """`{"entities": [...], "relations": [...]}`, each paged by id."""
+
+        async def each(page: Any, shape: Callable[[Any], dict[str, Any]]) -> AsyncIterator[Any]:
+            after: uuid.UUID | None = None
+            while True:
+                async with self.db.read() as tx:
+                    rows = await page(tx, tenant_id, user_id, after=after, limit=self.page)
+                for row in rows:
+                    yield shape(row)
+                if len(rows) < self.page:
+                    return
+                after = rows[-1].id
+
+        yield b'{"entities":'
+        async for chunk in _array(each(user_store.entities_page, _entity)):
+            yield chunk
+        yield b',"relations":'
+        async for chunk in _array(each(user_store.relations_page, _relation)):
+            yield chunk
+        yield b"}"
 
     async def jobs(self, tenant_id: str, user_id: str) -> Chunks:
         async def each() -> AsyncIterator[dict[str, Any]]:
@@ -450,6 +473,8 @@ class ErasureService:
             await self.after_batch("memories")
         while await self._step(tenant_id, user_id, self._summaries_batch):
             await self.after_batch("summaries")
+        while await self._step(tenant_id, user_id, self._graph_batch):
+            await self.after_batch("graph")
         await self._step(tenant_id, user_id, self._jobs)
         await self._index(tenant_id, user_id)  # points written while the rest went
         return await self._finish(tenant_id, user_id, job_id)
@@ -506,6 +531,10 @@ class ErasureService:
     async def _summaries_batch(self, tx: Any, tenant_id: str, user_id: str) -> dict[str, int]:
         return {"summaries": await user_store.delete_summaries(tx, tenant_id, user_id, self.batch)}
 
+    async def _graph_batch(self, tx: Any, tenant_id: str, user_id: str) -> dict[str, int]:
+        relations, entities = await user_store.delete_graph(tx, tenant_id, user_id, self.batch)
+        return {"relations": relations, "entities": entities}
+
     @staticmethod
     async def _jobs(tx: Any, tenant_id: str, user_id: str) -> dict[str, int]:
         return {"jobs": await user_store.delete_jobs(tx, tenant_id, user_id, keep_kind=ERASE_USER)}
@@ -522,3 +551,28 @@ class ErasureService:
             await user_store.record_receipt(tx, tenant_id, job_id, receipt)
             await user_store.delete(tx, tenant_id, user_id)
         return receipt
+
+
+def _entity(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "type": row.entity_type,
+        "learned_at": row.learned_at,
+        "updated_at": row.updated_at,
+    }
+
+
+def _relation(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "subject_id": row.subject_id,
+        "predicate": row.predicate,
+        "object_id": row.object_id,
+        "valid_from": row.valid_from,
+        "valid_to": row.valid_to,
+        "learned_at": row.learned_at,
+        "retracted_at": row.retracted_at,
+        "memory_id": row.memory_id,
+        "sources": row.sources,
+    }

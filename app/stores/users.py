@@ -16,7 +16,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.stores.models import Job, Memory, MemoryEvent, Message, Session, Summary, User
+from app.stores.models import (
+    Entity,
+    Job,
+    Memory,
+    MemoryEvent,
+    Message,
+    Relation,
+    Session,
+    Summary,
+    User,
+)
 from app.stores.sessions import ensure_user
 
 Row = sa.Row[Any]  # a plain row, columns by their SQL names (`metadata`, not `metadata_`)
@@ -268,6 +278,52 @@ async def delete_summaries(tx: AsyncSession, tenant_id: str, user_id: str, limit
         _delete(Summary).where(Summary.tenant_id == tenant_id, Summary.id.in_(list(ids)))
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+# The knowledge graph (docs/facts.md): relations first, then the entities they joined.
+
+
+async def entities_page(
+    tx: AsyncSession, tenant_id: str, user_id: str, *, after: uuid.UUID | None, limit: int
+) -> list[Entity]:
+    stmt = sa.select(Entity).where(Entity.tenant_id == tenant_id, Entity.user_id == user_id)
+    if after is not None:
+        stmt = stmt.where(Entity.id > after)
+    return list((await tx.execute(stmt.order_by(Entity.id).limit(limit))).scalars().all())
+
+
+async def relations_page(
+    tx: AsyncSession, tenant_id: str, user_id: str, *, after: uuid.UUID | None, limit: int
+) -> list[Relation]:
+    stmt = sa.select(Relation).where(Relation.tenant_id == tenant_id, Relation.user_id == user_id)
+    if after is not None:
+        stmt = stmt.where(Relation.id > after)
+    return list((await tx.execute(stmt.order_by(Relation.id).limit(limit))).scalars().all())
+
+
+async def delete_graph(
+    tx: AsyncSession, tenant_id: str, user_id: str, limit: int
+) -> tuple[int, int]:
+    """Up to `limit` of the user's relations, and once none are left, of their entities."""
+    for model in (Relation, Entity):
+        ids = (
+            (
+                await tx.execute(
+                    sa.select(model.id)
+                    .where(model.tenant_id == tenant_id, model.user_id == user_id)
+                    .limit(limit)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        if ids:
+            result = await tx.execute(
+                _delete(model).where(model.tenant_id == tenant_id, model.id.in_(list(ids)))
+            )
+            count = int(result.rowcount)  # type: ignore[attr-defined]
+            return (count, 0) if model is Relation else (0, count)
+    return 0, 0
 
 
 # Jobs whose payload names the user.

@@ -84,6 +84,7 @@ async def test_two_api_processes_and_a_worker_add_up(
         STRATA_DATABASE_URL=dsn,
         STRATA_REDIS_URL=REDIS_URL,
         STRATA_WORKER_IN_PROCESS="false",
+        STRATA_AUTH_MODE="open",  # loopback test processes; keys are tested in test_keys.py
         STRATA_AUTO_MIGRATE="false",
         STRATA_WORKER_POLL_SECONDS="0.2",
     )
@@ -109,6 +110,9 @@ async def test_two_api_processes_and_a_worker_add_up(
     }
     worker_env = {
         **env,
+        # A worker may not open an Edge shard of its own (app.settings.refusal): its own
+        # in-memory index stands in for the Qdrant server this machine lacks.
+        "STRATA_QDRANT_URL": ":memory:",
         "STRATA_DATA_DIR": str(tmp_path / "worker"),
         "STRATA_WORKER_METRICS_PORT": str(worker_port),
     }

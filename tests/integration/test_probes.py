@@ -59,6 +59,16 @@ async def _victim(keyed: Running, ids: Callable[[str], str]) -> dict[str, Any]:
         "/v1/summarize", json={"user_id": ana, "level": "daily"}, headers=as_a
     )
     assert job.status_code in (200, 202), job.text
+    profile = await keyed.client.patch(
+        f"/v1/users/{ana}/profile", json={"city": SECRET}, headers=as_a
+    )
+    assert profile.status_code == 200, profile.text
+    graph = await keyed.client.post(
+        f"/v1/users/{ana}/graph/triples",
+        json={"triples": [{"subject": "user", "predicate": "lives_in", "object": SECRET}]},
+        headers=as_a,
+    )
+    assert graph.status_code == 201, graph.text
     return {
         "tenant": tenant,
         "key": key,
@@ -94,6 +104,11 @@ def _probes(v: dict[str, Any], user: str) -> list[tuple[str, str, dict[str, Any]
         ("DELETE", f"/v1/sessions/{s}/scratchpad", {"params": {"user_id": user}}),
         ("GET", f"/v1/users/{user}/summaries", {}),
         ("DELETE", f"/v1/sessions/{s}", {"params": {"user_id": user}}),
+        ("GET", f"/v1/users/{user}/export", {}),
+        ("GET", f"/v1/users/{user}/profile", {}),
+        ("GET", f"/v1/users/{user}/graph/entities", {"params": {"q": SECRET}}),
+        ("GET", f"/v1/users/{user}/graph/neighbors", {"params": {"entity": "user"}}),
+        ("DELETE", f"/v1/users/{user}", {}),
     ]
     if v["job"] is not None:
         probes += [
@@ -122,6 +137,11 @@ async def _assert_intact(keyed: Running, v: dict[str, Any]) -> None:
         headers=as_a,
     )
     assert any(SECRET in r["content"] for r in found.json()["results"])
+    exported = await keyed.client.get(f"/v1/users/{v['user']}/export", headers=as_a)
+    assert exported.status_code == 200
+    assert SECRET in exported.text
+    profile = await keyed.client.get(f"/v1/users/{v['user']}/profile", headers=as_a)
+    assert profile.json()["attributes"] == {"city": SECRET}
 
 
 async def test_another_tenant_finds_nothing_of_a_user(

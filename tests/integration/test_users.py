@@ -15,7 +15,17 @@ import sqlalchemy as sa
 
 from app.stores import users as user_store
 from app.stores.buffer import _scratchpad_key, _window_key
-from app.stores.models import Job, Memory, MemoryEvent, Message, Session, Summary, User
+from app.stores.models import (
+    Entity,
+    Job,
+    Memory,
+    MemoryEvent,
+    Message,
+    Relation,
+    Session,
+    Summary,
+    User,
+)
 from tests.conftest import Running, post_messages, recall, turn
 
 
@@ -99,7 +109,15 @@ async def test_export_holds_sessions_messages_buffer_memories_and_history(
     doc = await export(running, user)
     assert doc["format"] == 1
     assert doc["user_id"] == user
-    assert doc["sections"] == ["user", "sessions", "buffer", "memories", "summaries", "jobs"]
+    assert doc["sections"] == [
+        "user",
+        "sessions",
+        "buffer",
+        "memories",
+        "summaries",
+        "graph",
+        "jobs",
+    ]
     assert list(doc)[4:] == doc["sections"]  # the keys, in the listed order
     assert doc["user"]["id"] == user
     [s] = doc["sessions"]
@@ -382,3 +400,38 @@ async def test_no_summary_is_written_for_a_user_being_erased(
     counts = await held(running, user)
     assert counts["summaries"] == 0
     assert counts["index_points"] == 1  # the message's memory, and no summary's point
+
+
+async def test_the_graph_and_profile_are_exported_then_erased(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Features that came after export and erasure hold user data too: the profile rides on
+    the user row, the knowledge graph has tables of its own."""
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn("My sister Anna lives in Berlin.")])
+    triples = [
+        {"subject": "user", "predicate": "sister", "object": "Anna"},
+        {"subject": "Anna", "predicate": "lives_in", "object": "Berlin"},
+    ]
+    added = await running.client.post(f"/v1/users/{user}/graph/triples", json={"triples": triples})
+    assert added.status_code == 201, added.text
+    profile = await running.client.patch(f"/v1/users/{user}/profile", json={"city": "Lisbon"})
+    assert profile.status_code == 200, profile.text
+
+    document = await export(running, user)
+    assert {e["name"] for e in document["graph"]["entities"]} >= {"Anna", "Berlin"}
+    assert {r["predicate"] for r in document["graph"]["relations"]} == {"sister", "lives_in"}
+    assert "Lisbon" in orjson.dumps(document["user"]).decode()
+
+    resp = await running.client.delete(f"/v1/users/{user}")
+    assert resp.status_code == 200, resp.text
+    counts = resp.json()["counts"]
+    assert counts["relations"] == 2
+    assert counts["entities"] >= 2
+    async with running.resources.db.read() as tx:
+        for model in (Entity, Relation):
+            stmt = sa.select(sa.func.count()).where(model.user_id == user)
+            assert (await tx.execute(stmt)).scalar_one() == 0, model.__tablename__
+    gone = await running.client.get(f"/v1/users/{user}/graph/entities", params={"q": "Anna"})
+    assert gone.status_code in (200, 404)
+    assert "Anna" not in gone.text
