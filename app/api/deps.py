@@ -44,8 +44,11 @@ READS: dict[str, Any] = {SCOPE_MARKER: "read"}
 """`openapi_extra=READS` on a POST route that only reads (recall, context, rewrite): a
 read-only key may call it. Every other route's scope follows from its method."""
 
-UNGATED_ROUTES: frozenset[str] = frozenset()
-"""/v1 routes that intentionally answer without the gate, as "METHOD /path" (none so far;
+UNGATED_ROUTES: frozenset[str] = frozenset(
+    f"{method} /v1/memories/feedback" for method in ("GET", "PUT", "PATCH", "DELETE")
+)
+"""/v1 routes that intentionally answer without the gate, as "METHOD /path" (a 405 that
+holds nothing;
 `tests/unit/test_gate.py` fails on any /v1 route that is neither gated nor listed here)."""
 
 

@@ -16,6 +16,7 @@ from app.errors import (
     MemoryNotForgotten,
     MemoryNotFound,
     MemoryPurged,
+    MethodNotAllowed,
     ProviderTimeout,
     ProviderUnavailable,
     SessionNotFound,
@@ -71,6 +72,13 @@ async def memory_feedback(
     body: FeedbackRequest, tenant: TenantDep, recall: RecallDep
 ) -> FeedbackAccepted:
     return await recall.feedback(tenant, body)
+
+
+@router.api_route("/feedback", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+async def feedback_other_methods() -> None:
+    """`feedback` is a word, not a memory id: without this, `PATCH /v1/memories/feedback`
+    would reach the memory routes and answer 422 about the id instead of 405."""
+    raise MethodNotAllowed("use POST on /v1/memories/feedback", headers={"Allow": "POST"})
 
 
 @router.get(

@@ -48,6 +48,8 @@ def _service(request: Request) -> MetricsService:
     description="Request latency per route template and status, index lag, promotion and "
     "job durations, embedding calls and batch sizes, memories by type (text format 0.0.4).",
     response_class=Response,
+    # Open unless the server has a metrics token: the empty requirement says so.
+    openapi_extra={"security": [{}, {"MetricsToken": []}]},
     responses={
         200: {
             "description": "Prometheus text exposition format 0.0.4",

@@ -201,6 +201,8 @@ async def test_wrong_method_is_a_405_problem(running: Running) -> None:
         ("POST", "/v1/sessions/s1", "GET, PUT, DELETE"),
         ("PATCH", "/v1/sessions/s1/scratchpad", "GET, PUT, DELETE"),
         ("PUT", "/v1/memories/00000000-0000-0000-0000-000000000001", "GET, PATCH, DELETE"),
+        ("PATCH", "/v1/memories/feedback", "POST"),
+        ("GET", "/v1/memories/feedback", "POST"),
         ("DELETE", "/v1/sessions/s1/messages", "GET, POST"),
     ],
 )
