@@ -18,6 +18,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -198,7 +199,16 @@ def _allowed_methods(request: Request) -> list[str]:
         }
         if any(route.matches(dict(probe))[0] is Match.FULL for route in request.app.router.routes):
             allowed.append(method)
-    return allowed
+    # A hidden route at this very path (a 405 that keeps a literal path such as
+    # `/v1/memories/feedback` from reaching a `{memory_id}` route) allows nothing.
+    hidden = {
+        method
+        for context in iter_route_contexts(request.app.routes)
+        if context.path == request.scope["path"]
+        and not getattr(context.original_route, "include_in_schema", True)
+        for method in context.methods or ()
+    }
+    return [method for method in allowed if method not in hidden]
 
 
 async def _unexpected(_: Request, exc: Exception) -> ProblemResponse:
