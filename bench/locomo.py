@@ -320,6 +320,25 @@ def print_table(overall: JSON, per_category: dict[str, JSON]) -> None:
     print(f"{'DRAGON (LoCoMo paper)':22s}{'':6s}  {dragon} |    -      -      -")
 
 
+def _print_ingest(ing: JSON) -> None:
+    print(
+        f"ingest: {ing['accepted']} accepted, {ing['duplicates']} duplicates in "
+        f"{ing['calls']} calls, {ing['ingest_seconds']:.1f} s -> "
+        f"{fmt(ing['ingest_messages_per_s'], 0)} messages/s "
+        f"(call p50 {fmt(ing['ingest_call_ms']['p50'])} ms, "
+        f"p95 {fmt(ing['ingest_call_ms']['p95'])} ms)"
+    )
+    if ing["duplicates"]:
+        print(
+            "  warning: duplicates mean this server already held the data; "
+            "throughput figures are not meaningful (use a fresh data dir)"
+        )
+    print(
+        f"promotion: all indexed={ing['all_indexed']} after {ing['promotion_seconds']:.1f} s "
+        f"from first ingest -> {fmt(ing['promotion_messages_per_s'], 0)} messages/s"
+    )
+
+
 async def main_async(args: argparse.Namespace) -> int:
     facts = machine_facts()
     print_machine(facts)
@@ -341,23 +360,12 @@ async def main_async(args: argparse.Namespace) -> int:
             return 2
         print(f"server: {args.url}")
 
-        ing = await ingest(api, conversations, args.index_timeout)
-        print(
-            f"ingest: {ing['accepted']} accepted, {ing['duplicates']} duplicates in "
-            f"{ing['calls']} calls, {ing['ingest_seconds']:.1f} s -> "
-            f"{fmt(ing['ingest_messages_per_s'], 0)} messages/s "
-            f"(call p50 {fmt(ing['ingest_call_ms']['p50'])} ms, "
-            f"p95 {fmt(ing['ingest_call_ms']['p95'])} ms)"
-        )
-        if ing["duplicates"]:
-            print(
-                "  warning: duplicates mean this server already held the data; "
-                "throughput figures are not meaningful (use a fresh data dir)"
-            )
-        print(
-            f"promotion: all indexed={ing['all_indexed']} after {ing['promotion_seconds']:.1f} s "
-            f"from first ingest -> {fmt(ing['promotion_messages_per_s'], 0)} messages/s"
-        )
+        if args.recall_only:
+            ing = {"skipped": True}
+            print("ingest: skipped (--recall-only: the server already holds the data)")
+        else:
+            ing = await ingest(api, conversations, args.index_timeout)
+            _print_ingest(ing)
 
         start = time.monotonic()
         answers = await recall_all(api, conversations, args.concurrency)
@@ -471,6 +479,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=1800,
         help="seconds to wait for promotion to catch up",
+    )
+    p.add_argument(
+        "--recall-only",
+        action="store_true",
+        help="skip ingest: the server's data dir already holds these conversations",
     )
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--api-key", default=os.environ.get("STRATA_API_KEY"))
