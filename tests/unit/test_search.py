@@ -360,7 +360,8 @@ def test_the_vectorised_score_gives_the_scalar_scores_and_order(
     assert len(fast) == len(slow)
     for a, b in zip(fast, slow, strict=True):
         for x, y in ((a.semantic, b.semantic), (a.recency, b.recency),
-                     (a.importance, b.importance), (a.score, b.score)):  # fmt: skip
+                     (a.importance, b.importance), (a.score, b.score),
+                     (a.own, b.own)):  # fmt: skip
             assert abs(x - y) <= 1e-9
     # Same order, up to candidates whose scores tie within rounding.
     by_id = {c.hit.id: c.score for c in slow}
