@@ -26,6 +26,7 @@ from benchlib import (
     JSON,
     Api,
     fmt,
+    forgetting_off,
     machine_facts,
     print_machine,
     run_pool,
@@ -156,21 +157,6 @@ def load_conversations(path: Path, limit: int) -> list[Conversation]:
 
 
 # --------------------------------------------------------------------------- phases
-
-
-async def keep_whole(api: Api) -> JSON | None:
-    """Turn the tenant's forgetting off before ingest: the benchmark measures retrieval over
-    the whole conversations. LoCoMo's turns are dated 2022-2023 and the sweep counts a
-    never-recalled memory's age from its event time, so every turn is old enough to go
-    (about 1,700 of 5,882 fall below the importance threshold, docs/forgetting.md), and the
-    scheduled sweep runs when the server starts: on a busy machine it ran after the first
-    sessions were promoted and forgot part of them, a different part each run."""
-    policy, _ = await api.request(
-        "PATCH", "/v1/admin/forgetting", "forgetting-off", {"enabled": False}
-    )
-    if policy is None:
-        print("  warning: could not turn forgetting off; a sweep during the run forgets turns")
-    return policy
 
 
 async def ingest(api: Api, conversations: list[Conversation], index_timeout: float) -> JSON:
@@ -375,7 +361,7 @@ async def main_async(args: argparse.Namespace) -> int:
             return 2
         print(f"server: {args.url}")
 
-        forgetting = await keep_whole(api)
+        forgetting = await forgetting_off(api)
         if args.recall_only:
             ing = {"skipped": True}
             print("ingest: skipped (--recall-only: the server already holds the data)")
