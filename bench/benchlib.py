@@ -224,22 +224,6 @@ class Api:
         return await self.request("POST", f"/v1/sessions/{session_id}/context", "context", body)
 
 
-async def forgetting_off(api: Api) -> JSON | None:
-    """Turn the tenant's forgetting off before a retrieval benchmark ingests: it measures
-    recall over the whole data set. The sweep counts a never-recalled memory's age from its
-    event time (docs/forgetting.md), so a set dated weeks or years back is old enough to be
-    swept at once (LoCoMo: about 1,700 of 5,882 turns fall below the importance threshold),
-    and the scheduled sweep runs when the server starts: on a busy machine it ran after the
-    first sessions were promoted and forgot part of them, a different part each run. Returns
-    the policy, or None (with a warning) when the server refused."""
-    policy, _ = await api.request(
-        "PATCH", "/v1/admin/forgetting", "forgetting-off", {"enabled": False}
-    )
-    if policy is None:
-        print("  warning: could not turn forgetting off; a sweep during the run forgets turns")
-    return policy
-
-
 async def run_pool(
     items: Sequence[T], worker: Callable[[T], Awaitable[R]], concurrency: int
 ) -> list[R]:

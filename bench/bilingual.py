@@ -27,7 +27,6 @@ from benchlib import (
     JSON,
     Api,
     fmt,
-    forgetting_off,
     machine_facts,
     percentile,
     print_machine,
@@ -308,7 +307,6 @@ async def main_async(args: argparse.Namespace) -> int:
         if not await wait_ready(api, 60):
             print(f"server at {args.url} is not ready", file=sys.stderr)
             return 2
-        await forgetting_off(api)
         ing = await ingest(api, doc)
         print(f"ingest (wait=true): {ing['accepted']} accepted in {ing['seconds']:.1f} s")
         start = time.monotonic()

@@ -27,7 +27,7 @@ import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from benchlib import JSON, Api, forgetting_off, machine_facts, print_machine, wait_ready, write_json
+from benchlib import JSON, Api, machine_facts, print_machine, wait_ready, write_json
 
 KS = (1, 5, 10)
 CONDITIONS = ("off", "auto", "history", "perfect")
@@ -77,7 +77,6 @@ async def run(args: argparse.Namespace, data: JSON) -> JSON:
     async with Api(args.url, args.api_key, args.timeout) as api:
         if not await wait_ready(api, 60):
             raise SystemExit(f"{args.url} is not ready")
-        await forgetting_off(api)
         start = time.monotonic()
         for user in data["users"]:
             turns = await _ingest(api, user, prefix)

@@ -26,7 +26,6 @@ from benchlib import (
     JSON,
     Api,
     fmt,
-    forgetting_off,
     machine_facts,
     print_machine,
     run_pool,
@@ -361,7 +360,6 @@ async def main_async(args: argparse.Namespace) -> int:
             return 2
         print(f"server: {args.url}")
 
-        forgetting = await forgetting_off(api)
         if args.recall_only:
             ing = {"skipped": True}
             print("ingest: skipped (--recall-only: the server already holds the data)")
@@ -433,7 +431,6 @@ async def main_async(args: argparse.Namespace) -> int:
                 "dropped_evidence_ids": dropped,
             },
             "ingest": ing,
-            "forgetting": forgetting,
             "recall": {
                 "top_k": TOP_K,
                 "concurrency": args.concurrency,

@@ -38,7 +38,6 @@ from benchlib import (
     JSON,
     Api,
     fmt,
-    forgetting_off,
     machine_facts,
     print_machine,
     run_pool,
@@ -310,7 +309,6 @@ async def main_async(args: argparse.Namespace) -> int:
         if not await wait_ready(api, 60):
             print(f"server at {args.url} is not ready", file=sys.stderr)
             return 2
-        await forgetting_off(api)
         ing = await ingest(api, items, args.batch, args.concurrency, args.index_timeout)
         print(
             f"ingest: {ing['accepted']}/{ing['messages_sent']} accepted in {ing['calls']} calls, "
