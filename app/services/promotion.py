@@ -29,6 +29,7 @@ from app.core import terms
 from app.core.audit import AuditEvent
 from app.core.backoff import backoff_seconds
 from app.core.chunking import Chunk, LogMessage, chunk_turns, embedding_windows
+from app.core.clock import Clock, utc_now
 from app.core.dedupe import (
     ExistingMemory,
     Gain,
@@ -69,6 +70,7 @@ class Promoter:
         stop: asyncio.Event | None = None,
         signals: Signals | None = None,
         extract_facts: bool = False,
+        clock: Clock = utc_now,
     ) -> None:
         self.db = db
         self.vectors = vectors
@@ -83,6 +85,9 @@ class Promoter:
         # With an LLM: each committed batch with a user message queues its fact
         # extraction (app/services/facts.py), in the batch's own transaction.
         self.extract_facts = extract_facts
+        # "Now" for what the memories record (their writes start their forgetting clock,
+        # docs/forgetting.md); leases run on the real clock.
+        self.clock = clock
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
@@ -226,7 +231,7 @@ class Promoter:
     ) -> None:
         """The batch's rows, its merges, their events and the watermark: one transaction,
         valid only while we hold the lease."""
-        now = datetime.now(UTC)
+        now = self.clock()
         if not await session_store.advance_watermark(
             tx,
             tenant_id=claim.tenant_id,
