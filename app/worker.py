@@ -86,10 +86,10 @@ async def run_worker(
                 done = 0
                 await _sleep_or_stop(stop, poll)
             if done == 0 and not stop.is_set():
-                if trimmer.due(time.monotonic()):
-                    # Idle after a backlog: what its batches freed goes back to the system
-                    # (a C call that releases the GIL, off the event loop).
-                    await asyncio.to_thread(trimmer.idle)
+                # Idle after a backlog: what its batches freed goes back to the system
+                # (a C call that releases the GIL, off the event loop).
+                if trimmer.due(time.monotonic()) and await asyncio.to_thread(trimmer.idle):
+                    resources.metrics.heap_trims.inc()
                 await _wait_for_work(signals, stop, poll)
             elif done < settings.worker_batch_messages and settings.worker_debounce_seconds:
                 await _sleep_or_stop(stop, settings.worker_debounce_seconds)
