@@ -125,14 +125,15 @@ class QdrantEdgeIndex:
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             self._shard = qe.EdgeShard.create(str(self.path), config)
-            for name in KEYWORD_FIELDS:
-                self._shard.update(
-                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword)
-                )
-            for name in FLOAT_FIELDS:
-                self._shard.update(
-                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Float)
-                )
+        # Also on a shard written by an older version: an index added since (`FLOAT_FIELDS`)
+        # is built from the payload already stored.
+        have = set(self._shard.info().payload_schema)
+        wanted = [(name, qe.PayloadSchemaType.Keyword) for name in KEYWORD_FIELDS] + [
+            (name, qe.PayloadSchemaType.Float) for name in FLOAT_FIELDS
+        ]
+        for name, schema in wanted:
+            if name not in have:
+                self._shard.update(qe.UpdateOperation.create_field_index(name, schema))
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         def locked() -> Any:
