@@ -402,13 +402,20 @@ class NewerFactsFirst:
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.asks_about_a_period() or len(candidates) < 2:
             return candidates
+        changes = [ranking.states_change(c.hit.payload.text) for c in candidates]
+        # `promote_changes` compares a result that states a change only with those ranked
+        # above it, so no result after the last such one needs its unit vector (building
+        # them all was ~5% of a recall's CPU, profiled); with none, nothing moves.
+        last = max((i for i, changed in enumerate(changes) if changed), default=-1)
+        if last < 0:
+            return candidates
         items = [
             ranking.Statement(
                 created_at=c.hit.payload.created_at.timestamp(),
-                changes=ranking.states_change(c.hit.payload.text),
-                vector=_unit(c.hit.vectors.turn) if c.hit.vectors else None,
+                changes=changes[i],
+                vector=_unit(c.hit.vectors.turn) if c.hit.vectors and i <= last else None,
             )
-            for c in candidates
+            for i, c in enumerate(candidates)
         ]
         return [candidates[i] for i in ranking.promote_changes(items, self.min_similarity)]
 
