@@ -356,11 +356,11 @@ def _unit_interval(x: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-def _stack(rows: list[list[float]]) -> NDArray[np.float32]:
+def _stack(rows: Sequence[Sequence[float] | NDArray[np.float32]]) -> NDArray[np.float32]:
     dim = max((len(r) for r in rows), default=0)
     out = np.zeros((len(rows), dim), dtype=np.float32)
     for i, r in enumerate(rows):
-        if r:
+        if len(r):
             out[i] = r
     return out
 
@@ -420,8 +420,8 @@ class NewerFactsFirst:
         return [candidates[i] for i in ranking.promote_changes(items, self.min_similarity)]
 
 
-def _unit(v: list[float]) -> NDArray[np.float32] | None:
-    if not v:
+def _unit(v: Sequence[float] | NDArray[np.float32]) -> NDArray[np.float32] | None:
+    if not len(v):
         return None
     a = np.asarray(v, dtype=np.float32)
     n = float(np.linalg.norm(a))

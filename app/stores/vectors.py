@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+import numpy as np
+from numpy.typing import NDArray
+
 from app.core.terms import SparseVec
 
 if TYPE_CHECKING:
@@ -247,11 +250,12 @@ class VectorQuery:
 
 @dataclass(frozen=True, slots=True)
 class StoredVectors:
-    """A hit's stored vectors, which recall's relevance and change promotion read."""
+    """A hit's stored vectors, which recall's relevance and change promotion read: lists, or
+    float32 arrays (the embedded index's, which it keeps for the points it has returned)."""
 
-    dense: list[float]
-    turn: list[float]
-    sparse_ids: list[int]
+    dense: Sequence[float] | NDArray[np.float32]
+    turn: Sequence[float] | NDArray[np.float32]
+    sparse_ids: Sequence[int]
 
 
 @dataclass(frozen=True, slots=True)
