@@ -331,7 +331,7 @@ def fused_pool(
     query_language = ranking.language(spec.query)
     by_id = {h.id: h for h in (*pool.lists.dense, *pool.lists.sparse)}
     dense = [
-        (h.id, fusion.dense_for(query_language, ranking.language(h.payload.text)))
+        (h.id, fusion.dense_for(query_language, language_of(h.payload.content, h.payload.role)))
         for h in pool.lists.dense
     ]
     fused = ranking.fuse(dense, [h.id for h in pool.lists.sparse], fusion)
@@ -348,6 +348,12 @@ def analysis(content: str, role: str | None, asking_terms: int) -> tuple[frozens
     text = MemoryPayload.text_of(content, role)
     own = frozenset(terms.term_id(t) for t in terms.tokenize(content))
     return own, len(terms.tokenize(text)), ranking.asks_only(role, text, asking_terms)
+
+
+@lru_cache(maxsize=100_000)
+def language_of(content: str, role: str | None) -> ranking.Language:
+    """`ranking.language` of a memory's own text, once per text (like `analysis`)."""
+    return ranking.language(MemoryPayload.text_of(content, role))
 
 
 def _unit_interval(x: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -402,7 +408,7 @@ class NewerFactsFirst:
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.asks_about_a_period() or len(candidates) < 2:
             return candidates
-        changes = [ranking.states_change(c.hit.payload.text) for c in candidates]
+        changes = [changes_of(c.hit.payload.content, c.hit.payload.role) for c in candidates]
         # `promote_changes` compares a result that states a change only with those ranked
         # above it, so no result after the last such one needs its unit vector (building
         # them all was ~5% of a recall's CPU, profiled); with none, nothing moves.
@@ -418,6 +424,12 @@ class NewerFactsFirst:
             for i, c in enumerate(candidates)
         ]
         return [candidates[i] for i in ranking.promote_changes(items, self.min_similarity)]
+
+
+@lru_cache(maxsize=100_000)
+def changes_of(content: str, role: str | None) -> bool:
+    """`ranking.states_change` of a memory's own text, once per text."""
+    return ranking.states_change(MemoryPayload.text_of(content, role))
 
 
 def _unit(v: Sequence[float] | NDArray[np.float32]) -> NDArray[np.float32] | None:
