@@ -1,8 +1,10 @@
 """Ebbinghaus forgetting (MemoryBank), as pure functions: retention, and the sweep's verdict
 on one memory (docs/forgetting.md).
 
-Retention `R = exp(−Δt / S)`: `Δt` is the days since the memory was last recalled (or, never
-recalled, since its event time), `S` its stability in days. `S = base_days · growth^n` with
+Retention `R = exp(−Δt / S)`: `Δt` is the days since the memory was last recalled or written
+(stored, said again, edited, restored), whichever is later, `S` its stability in days. Not
+since its event time: an imported history of last year is learned when it is imported, and
+would otherwise be forgotten by the first sweep after the import. `S = base_days · growth^n` with
 `n = strength − 1` the reinforcements it has had (`strength` starts at 1 and grows by one per
 counted recall, `app.core.reinforcement`): each use makes the next forgetting slower.
 
@@ -50,8 +52,9 @@ class Snapshot:
     access_count: int
     importance: float  # the sweep's blended importance (`importance`)
     pinned: bool
-    created_at: datetime
+    created_at: datetime  # the event time (what the memory is about, not when it was learned)
     last_accessed_at: datetime | None
+    stored_at: datetime | None = None  # its last write (`updated_at`); None: `created_at`
 
 
 Verdict = Literal["keep", "forget", "pin"]
@@ -104,7 +107,7 @@ def retention(now: datetime, since: datetime, stability: float) -> float:
 
 
 def decide(m: Snapshot, now: datetime, policy: Policy) -> Decision:
-    last = m.last_accessed_at or m.created_at
+    last = max(t for t in (m.last_accessed_at, m.stored_at or m.created_at) if t is not None)
     days = max(0.0, (now - last).total_seconds() / SECONDS_PER_DAY)
     s = stability_days(m.strength, policy)
     r = retention(now, last, s)

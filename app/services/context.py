@@ -187,11 +187,20 @@ class ContextService:
         summaries, pack every section into the budget."""
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
         recent, last_user, working_memory = await self._conversation(tenant_id, session, body)
-        recalled = await self._recall(tenant_id, session_id, body, recent, last_user)
+        # Three independent reads: at once, so a context call waits for the slowest of
+        # them (the recall), not for their sum.
+        try:
+            async with asyncio.TaskGroup() as reads:
+                recalling = reads.create_task(
+                    self._recall(tenant_id, session_id, body, recent, last_user)
+                )
+                profiling = reads.create_task(self._profile(tenant_id, body))
+                summarising = reads.create_task(self._summaries(tenant_id, body, recent))
+        except BaseExceptionGroup as group:
+            raise group.exceptions[0] from None  # the API's error handlers expect one error
+        recalled, profile, summaries = recalling.result(), profiling.result(), summarising.result()
         memories = recalled.memories
-        profile = await self._profile(tenant_id, body)
         attributes = list(profile.attributes.items())
-        summaries = await self._summaries(tenant_id, body, recent)
         sections = layout(
             system_prompt=session.system_prompt or "",
             working_memory=[entry_line(k, v) for k, v in working_memory.items()],

@@ -150,6 +150,7 @@ class ForgettingService:
                 pinned=r.pinned,
                 created_at=r.created_at,
                 last_accessed_at=r.last_accessed_at,
+                stored_at=r.updated_at,
             )
             out[r.id] = forgetting.decide(snapshot, now, policy)
         return out

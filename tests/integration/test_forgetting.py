@@ -18,7 +18,7 @@ from app.jobs.runner import JobRunner
 from app.jobs.scheduler import Scheduler
 from app.services.forgetting import ForgettingService
 from app.settings import Settings
-from app.stores.models import Job, MemoryEvent
+from app.stores.models import Job, Memory, MemoryEvent
 from app.wiring import build_reindexer
 from tests.conftest import Running, full_settings, post_messages, recall, settle, turn
 
@@ -29,6 +29,17 @@ def forgetting_at(running: Running, when: datetime) -> ForgettingService:
     """The app's forgetting service with its clock at `when`."""
     r = running.resources
     return ForgettingService(r.db, r.vectors, build_reindexer(r), r.settings, clock=lambda: when)
+
+
+async def stored_days_ago(running: Running, user: str, days: float) -> None:
+    """Move the user's memories' last write back in time: the real clock of a job cannot
+    be set, so their age is."""
+    async with running.resources.db.transaction() as tx:
+        await tx.execute(
+            sa.update(Memory)
+            .where(Memory.user_id == user)
+            .values(updated_at=datetime.now(UTC) - days * DAY)
+        )
 
 
 async def remember(
@@ -200,10 +211,36 @@ async def test_promoted_filler_is_what_goes_first(
         turn("I moved to Lisbon in May, remember that.", id="m2", created_at=when.isoformat()),
     ]
     await post_messages(running, session, user, msgs)
+    # Imported today: Δt runs from when Strata learned it, not from its event time.
     report = await forgetting_at(running, datetime.now(UTC)).sweep(
         tenant_id="default", user_id=user, dry_run=True
     )
+    assert report.items == []
+    report = await forgetting_at(running, datetime.now(UTC) + 60 * DAY).sweep(
+        tenant_id="default", user_id=user, dry_run=True
+    )
     assert [i["content"] for i in report.items] == ["user: ok"]  # filler goes, the fact stays
+
+
+async def test_an_imported_history_is_not_forgotten_by_the_next_sweep(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Old event times (an import of last year's chats) do not make old memories: each
+    unused memory gets its stability from the day it was stored, and a restore or a
+    repeat of the same words starts it again."""
+    user, session = ids("user"), ids("s")
+    year_ago = (datetime.now(UTC) - 365 * DAY).isoformat()
+    await post_messages(running, session, user, [turn("lol", id="a", created_at=year_ago)])
+    now = datetime.now(UTC)
+    assert (
+        await forgetting_at(running, now).sweep(tenant_id="default", user_id=user)
+    ).forgotten == 0
+    assert (
+        await forgetting_at(running, now + 14 * DAY).sweep(tenant_id="default", user_id=user)
+    ).forgotten == 0
+    report = await forgetting_at(running, now + 30 * DAY).sweep(tenant_id="default", user_id=user)
+    assert report.forgotten == 1
+    assert report.items[0]["content"] == "user: lol"
 
 
 async def test_maintenance_runs_each_task_as_a_job(
@@ -212,6 +249,7 @@ async def test_maintenance_runs_each_task_as_a_job(
     user = ids("user")
     when = datetime(2025, 1, 5, 9, tzinfo=UTC).isoformat()
     await post_messages(running, ids("s"), user, [turn("lol", id="a", created_at=when)])
+    await stored_days_ago(running, user, 60)
     for task in ("forget", "reindex", "promote", "summarize"):
         resp = await running.client.post(
             "/v1/admin/maintenance", json={"task": task, "user_id": user, "dry_run": True}
@@ -346,7 +384,7 @@ async def test_a_forgotten_turns_words_stop_finding_its_neighbours(
         "user: The Zanzibar ferry was late again.",
         "assistant: Oh no, I hope you still made it home.",
     ]
-    report = await forgetting_at(running, datetime.now(UTC)).sweep(
+    report = await forgetting_at(running, datetime.now(UTC) + 60 * DAY).sweep(
         tenant_id="default", user_id=user
     )
     assert [i["content"] for i in report.items] == ["user: The Zanzibar ferry was late again."]

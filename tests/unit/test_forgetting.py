@@ -3,6 +3,7 @@ reinforce (`app.core.reinforcement`): pure, no I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import UTC, datetime, timedelta
 
@@ -102,3 +103,21 @@ def test_the_sweeps_importance_counts_the_first_use_most() -> None:
     assert forgetting.importance(0.3, 1, 0.7) >= DEFAULT.importance_threshold  # used: stays
     assert forgetting.importance(0.02, 1, 0.7) < DEFAULT.importance_threshold  # filler: not
     assert forgetting.importance(1.0, 10**6, 0.7) <= 1.0
+
+
+def test_time_runs_from_the_last_write_or_use_not_the_event_time() -> None:
+    """An imported turn of ten years ago is as fresh as the day it was stored."""
+    imported = Snapshot(
+        strength=1.0,
+        access_count=0,
+        importance=0.1,
+        pinned=False,
+        created_at=NOW - timedelta(days=3650),
+        last_accessed_at=None,
+        stored_at=NOW - timedelta(days=1),
+    )
+    assert decide(imported, NOW, DEFAULT).verdict == "keep"
+    assert decide(imported, NOW + timedelta(days=30), DEFAULT).verdict == "forget"
+    recalled = dataclasses.replace(imported, last_accessed_at=NOW + timedelta(days=20))
+    assert decide(recalled, NOW + timedelta(days=30), DEFAULT).verdict == "keep"
+    assert decide(recalled, NOW + timedelta(days=30), DEFAULT).days_since_use == 10.0
