@@ -181,13 +181,7 @@ class QdrantEdgeIndex:
             for p in points
         ]
         op = qe.UpdateOperation.upsert_points(edge_points)
-        ids = [p.id for p in points]
-
-        def write(shard: Any) -> None:
-            shard.update(op)
-            self._forget(ids)
-
-        await self._write(write)
+        await self._write(lambda shard: shard.update(op), [p.id for p in points])
         self._unbuilt += len(points)
         self._points += len(points)
         self._maybe_build()
@@ -197,12 +191,7 @@ class QdrantEdgeIndex:
 
         if ids:
             op = qe.UpdateOperation.delete_points(list(ids))
-
-            def write(shard: Any) -> None:
-                shard.update(op)
-                self._forget(ids)
-
-            await self._write(write)
+            await self._write(lambda shard: shard.update(op), ids)
             self._points = max(0, self._points - len(ids))
 
     async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
@@ -312,12 +301,6 @@ class QdrantEdgeIndex:
                 self._vectors.popitem(last=False)
         return out
 
-    def _forget(self, ids: Sequence[uuid.UUID]) -> None:
-        """Drop cached vectors of points written or deleted (under `_lock`)."""
-        if self._vectors:
-            for pid in ids:
-                self._vectors.pop(pid, None)
-
     async def count(self) -> int:
         import qdrant_edge as qe
 
@@ -361,15 +344,19 @@ class QdrantEdgeIndex:
         await self._run(lambda: self._shard.info())
         return (time.perf_counter() - start) * 1000
 
-    async def _write(self, fn: Callable[[Any], None]) -> None:
+    async def _write(self, fn: Callable[[Any], None], rewritten: Sequence[uuid.UUID] = ()) -> None:
         """Apply a write to the live shard and, while a graph is being built, journal it
-        for the copy (under the same lock, so the copy sees exactly the writes after it)."""
+        for the copy (under the same lock, so the copy sees exactly the writes after it).
+        `rewritten`: points whose vectors the write replaces or deletes; their cached
+        vectors go under the same lock, so no search keeps the old ones."""
 
         def locked() -> None:
             with self._lock:
                 if self._shard is None:
                     raise VectorStoreUnavailable("the vector index is closed")
                 fn(self._shard)
+                for pid in rewritten:
+                    self._vectors.pop(pid, None)
                 if self._journal is not None:
                     self._journal.append(fn)
 
