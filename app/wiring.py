@@ -159,6 +159,7 @@ def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None 
         stop=stop,
         signals=r.signals,
         extract_facts=build_fact_extractor(resources) is not None,
+        clock=r.clock,
     )
 
 

@@ -247,7 +247,14 @@ class Score:
             w2.semantic * key + w2.recency * recency + w2.importance * importance
         )
         candidates = [
-            Candidate(hit, float(rel[i]), float(recency[i]), float(importance[i]), float(score[i]))
+            Candidate(
+                hit,
+                float(rel[i]),
+                float(recency[i]),
+                float(importance[i]),
+                float(score[i]),
+                float(own[i]),
+            )
             for i, (hit, _) in enumerate(hits)
         ]
         return sorted(candidates, key=lambda c: c.score, reverse=True)

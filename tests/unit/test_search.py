@@ -364,6 +364,9 @@ def test_the_vectorised_score_gives_the_scalar_scores_and_order(
         for x, y in ((a.semantic, b.semantic), (a.recency, b.recency),
                      (a.importance, b.importance), (a.score, b.score)):  # fmt: skip
             assert abs(x - y) <= 1e-9
+    # Which results may reinforce their memory reads `own` (reinforcement.counts_as_use).
+    own = {c.hit.id: c.own for c in slow}
+    assert all(abs(c.own - own[c.hit.id]) <= 1e-9 for c in fast)
     # Same order, up to candidates whose scores tie within rounding.
     by_id = {c.hit.id: c.score for c in slow}
     assert all(by_id[a.hit.id] >= by_id[b.hit.id] - 1e-9 for a, b in itertools.pairwise(fast))
