@@ -365,6 +365,13 @@ class Settings(BaseSettings):
         le=10,
         description="... and at least this share of the index's points",
     )
+    index_vector_cache_mb: int = Field(
+        default=32,
+        ge=0,
+        description="embedded index: memory for the stored vectors of recently recalled "
+        "points (float32), so a recall reads them from the index only the first time; "
+        "0: read every candidate's vectors on every recall",
+    )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"
     )

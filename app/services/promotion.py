@@ -20,6 +20,7 @@ import hashlib
 import logging
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,17 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 log = logging.getLogger("strata.promotion")
+
+
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    """What one pass promotes of one session."""
+
+    chunks: list[Chunk]
+    cursor: int  # the watermark it starts from
+    upto: int  # the watermark it ends at
+    count: int  # new messages in it
+    extract: bool  # queue fact extraction with it
 
 
 class Promoter:
@@ -102,16 +114,51 @@ class Promoter:
                 lease_until=self._lease_until(),
                 limit=max_sessions,
             )
+        return await self.promote_all(claims)
+
+    async def promote_all(self, claims: list[Claim]) -> int:
+        """Promote one slice of each claimed session: read every slice, embed the lines of
+        all of them in one call (one session's slice is often a handful of turns, and a
+        model call costs about the same for five lines as for fifty), then write each
+        session in turn. A failing session backs off alone; the others go on."""
+        slices: dict[str, _Slice] = {}
+        retry: dict[str, datetime] = {}
+        for claim in claims:
+            try:
+                piece = await self._slice(claim)
+            except Exception:
+                log.exception("promotion of session %s failed", claim.session_id)
+                retry[claim.session_id] = self._retry_at(claim.promote_failures + 1)
+                continue
+            if piece is not None:
+                slices[claim.session_id] = piece
+        embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]] = {}
+        try:
+            embedded = await self._embed_all([c for p in slices.values() for c in p.chunks])
+        except Exception:
+            # Perhaps one session's text is what fails (a provider refusing it, a bad
+            # row): each on its own, so only that one backs off.
+            for claim in claims:
+                piece = slices.get(claim.session_id)
+                if piece is None:
+                    continue
+                try:
+                    embedded.update(await self._embed_all(piece.chunks))
+                except Exception:
+                    log.exception("promotion of session %s failed", claim.session_id)
+                    retry[claim.session_id] = self._retry_at(claim.promote_failures + 1)
+                    del slices[claim.session_id]
         done = 0
         for claim in claims:
-            retry_at: datetime | None = None
+            piece = slices.get(claim.session_id)
             try:
-                done += await self.promote(claim)
+                if piece is not None and not self.stop.is_set():
+                    done += await self._promote_slice(claim, piece, embedded)
             except Exception:
                 # One failing session (a provider down, a bad row) must not hold up the
                 # others; it backs off on its own and a later pass retries it.
                 log.exception("promotion of session %s failed", claim.session_id)
-                retry_at = self._retry_at(claim.promote_failures + 1)
+                retry[claim.session_id] = self._retry_at(claim.promote_failures + 1)
             finally:
                 async with self.db.transaction() as tx:
                     await session_store.release_lease(
@@ -119,7 +166,7 @@ class Promoter:
                         tenant_id=claim.tenant_id,
                         session_id=claim.session_id,
                         owner=self.owner,
-                        retry_at=retry_at,
+                        retry_at=retry.get(claim.session_id),
                     )
         return done
 
@@ -133,9 +180,16 @@ class Promoter:
 
     async def promote(self, claim: Claim) -> int:
         """One slice of the session's backlog; returns how many messages it indexed."""
+        piece = await self._slice(claim)
+        if piece is None:
+            return 0
+        return await self._promote_slice(claim, piece, await self._embed_all(piece.chunks))
+
+    async def _slice(self, claim: Claim) -> _Slice | None:
+        """The session's next slice, chunked (None: nothing to do)."""
         cursor = claim.indexed_seq
         if cursor >= claim.last_seq or self.stop.is_set():
-            return 0
+            return None
         upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
         lookback = context_lookback(self.settings)
         async with self.db.read() as tx:
@@ -162,29 +216,53 @@ class Promoter:
             sparse_context=self.settings.sparse_context_turns,
         )
         extract = self.extract_facts and any(m.role == "user" for m in new)
-        if not await self._write(claim, chunks, cursor, new_upto, extract=extract):
+        return _Slice(chunks, cursor, new_upto, len(new), extract)
+
+    async def _promote_slice(
+        self,
+        claim: Claim,
+        piece: _Slice,
+        embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]],
+    ) -> int:
+        # A chunk the provider refused stays unindexed (`embed_chunks`).
+        kept = [c for c in piece.chunks if c.id in embedded]
+        vectors = [embedded[c.id][0] for c in kept]
+        turns = {c.id: t for c in kept if (t := embedded[c.id][1]) is not None}
+        written = await self._write(
+            claim, kept, vectors, turns, piece.cursor, piece.upto, extract=piece.extract
+        )
+        if not written:
             log.info("lease on %s lost; another worker goes on", claim.session_id)
             return 0
         if self.signals is not None:
-            await self.signals.indexed(claim.tenant_id, claim.session_id, new_upto)
-        return len(new)
+            await self.signals.indexed(claim.tenant_id, claim.session_id, piece.upto)
+        return piece.count
 
-    async def _embed(
+    async def _embed_all(
         self, chunks: list[Chunk]
-    ) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
-        return await embed_chunks(
+    ) -> dict[uuid.UUID, tuple[list[float], list[float] | None]]:
+        """Each chunk's indexed vector and its turn's own vector, by chunk id."""
+        kept, vectors, turns = await embed_chunks(
             self.embedder, chunks, self.settings.dense_context_weight, self.recent_lines
         )
+        return {c.id: (v, turns.get(c.id)) for c, v in zip(kept, vectors, strict=True)}
 
     async def _write(
-        self, claim: Claim, chunks: list[Chunk], from_seq: int, to_seq: int, *, extract: bool
+        self,
+        claim: Claim,
+        chunks: list[Chunk],
+        vectors: list[list[float]],
+        turns: dict[uuid.UUID, list[float]],
+        from_seq: int,
+        to_seq: int,
+        *,
+        extract: bool,
     ) -> bool:
-        """Embed, read what exists, plan (pure), then write: the points, then one transaction.
+        """Read what exists, plan (pure), then write: the points, then one transaction.
 
         False when the batch was rolled back because the lease was lost or a merge target
         vanished; the next pass redoes it.
         """
-        chunks, vectors, turns = await self._embed(chunks)
         done, same_text = await self._existing(claim, chunks)
         plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
         # Term vectors of long texts take tens of milliseconds each: off the event loop,

@@ -222,3 +222,38 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
     healed = await session(bad)
     assert (healed.indexed_seq, healed.promote_failures, healed.promote_retry_at) == (1, 0, None)
     await embedder.close()
+
+
+async def test_a_pass_embeds_its_sessions_in_one_call(idle_app: Running) -> None:
+    """Three users' sessions in one pass: one call to the model for all their lines, each
+    session's memories written under its own watermark."""
+    calls: list[list[str]] = []
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        texts: list[str] = json.loads(request.content)["input"]
+        calls.append(texts)
+        return httpx.Response(
+            200, json={"data": [{"index": i, "embedding": [1.0] * 512} for i in range(len(texts))]}
+        )
+
+    embedder = OpenAIEmbedder(
+        httpx.AsyncClient(transport=httpx.MockTransport(provider), base_url="http://provider"),
+        model="stub",
+        dim=512,
+        retries=0,
+    )
+    r = idle_app.resources
+    promoter = Promoter(r.db, r.vectors, embedder, r.settings, owner="w")
+    for n in range(3):
+        await post_messages(
+            idle_app,
+            f"s-one-call-{n}",
+            f"u-one-call-{n}",
+            [turn(f"pass {n} a"), turn(f"pass {n} b")],
+            wait=False,
+        )
+    assert await promoter.run_once() == 6
+    assert len(calls) == 1
+    assert sorted(calls[0]) == sorted(f"user: pass {n} {x}" for n in range(3) for x in "ab")
+    for n in range(3):
+        assert (await counts(idle_app, f"s-one-call-{n}"))[0] == 2
