@@ -13,7 +13,7 @@ from typing import TypedDict
 
 from fastapi import FastAPI
 
-from app import logs
+from app import logs, memory
 from app.api import (
     admin,
     context,
@@ -68,6 +68,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     `clock` moves "now" for reinforcement and forgetting (simulations, bench/forgetting.py)."""
     settings = settings or Settings()
     refuse_unworkable(settings, "api")
+    # Before the lifespan starts the threads that would each get an arena.
+    memory.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:

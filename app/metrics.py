@@ -118,6 +118,11 @@ class Metrics:
         self.promotion_failures = Counter(
             "strata_promotion_pass_failures", "Promotion passes that raised", registry=r
         )
+        self.heap_trims = Counter(
+            "strata_heap_trims",
+            "Times the worker gave free heap back to the system (docs/reliability.md, Memory)",
+            registry=r,
+        )
         self.job_seconds = Histogram(
             "strata_job_duration_seconds",
             "Time of one job attempt, by kind and outcome (succeeded, failed, lost)",

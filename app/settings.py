@@ -189,6 +189,27 @@ class Settings(BaseSettings):
     embedding_dim: int = 1536
     embedding_api_key: SecretStr | None = None
     embedding_timeout_seconds: float = 30.0
+    malloc_arena_max: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="glibc malloc arenas at most (0: glibc's default, 8 per core); fewer "
+        "arenas keep less memory that threads once used (docs/reliability.md, Memory)",
+    )
+    malloc_mmap_threshold_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=0,
+        le=2**30,
+        description="blocks of this size or more are mapped apart and given back when "
+        "freed (0: glibc's default, which grows to 32 MB and keeps big buffers); at 256 kB "
+        "the encoder's every call faulted in fresh pages and took 40% longer",
+    )
+    trim_after_messages: int = Field(
+        default=1_000,
+        ge=0,
+        description="the worker gives free heap back to the system when it falls idle after "
+        "promoting at least this many messages (0: never)",
+    )
     embed_bulk_threads: int = Field(
         default=2, ge=1, le=16, description="threads for promotion's batch embedding"
     )
@@ -343,6 +364,13 @@ class Settings(BaseSettings):
         ge=0,
         le=10,
         description="... and at least this share of the index's points",
+    )
+    index_vector_cache_mb: int = Field(
+        default=32,
+        ge=0,
+        description="embedded index: memory for the stored vectors of recently recalled "
+        "points (float32), so a recall reads them from the index only the first time; "
+        "0: read every candidate's vectors on every recall",
     )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"

@@ -15,7 +15,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from app import logs
+from app import logs, memory
 from app.jobs import reindex
 from app.jobs import tasks as job_tasks
 from app.jobs.catalog import build_registry
@@ -49,6 +49,7 @@ async def run_worker(
     promoter = build_promoter(resources, owner, stop)
     signals = resources.signals
     poll = settings.worker_poll_seconds
+    trimmer = memory.Trimmer(settings.trim_after_messages)
     if registry is None:
         registry = build_registry(
             resources.db,
@@ -76,6 +77,7 @@ async def run_worker(
                 started = time.perf_counter()
                 done = await promoter.run_once()
                 resources.metrics.observe_promotion(time.perf_counter() - started, done)
+                trimmer.promoted(done)
                 if resources.settings.worker_heartbeat_file is not None:
                     resources.settings.worker_heartbeat_file.touch()
             except Exception:
@@ -84,6 +86,10 @@ async def run_worker(
                 done = 0
                 await _sleep_or_stop(stop, poll)
             if done == 0 and not stop.is_set():
+                # Idle after a backlog: what its batches freed goes back to the system
+                # (a C call that releases the GIL, off the event loop).
+                if trimmer.due(time.monotonic()) and await asyncio.to_thread(trimmer.idle):
+                    resources.metrics.heap_trims.inc()
                 await _wait_for_work(signals, stop, poll)
             elif done < settings.worker_batch_messages and settings.worker_debounce_seconds:
                 await _sleep_or_stop(stop, settings.worker_debounce_seconds)
@@ -161,6 +167,7 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 async def main() -> None:
     settings = Settings()
     refuse_unworkable(settings, "worker")
+    memory.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
     logs.configure(settings.log_level, settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

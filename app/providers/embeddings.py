@@ -49,6 +49,7 @@ class LocalUSE:
         self._bulk = concurrent.futures.ThreadPoolExecutor(
             bulk_threads, thread_name_prefix="embed-bulk"
         )
+        self.bulk_threads = bulk_threads
         self._model: Any = None
         self.batcher = QueryBatcher(
             self._encode_queries, max_batch=query_batch_max, wait_seconds=query_wait_seconds
@@ -88,24 +89,45 @@ class LocalUSE:
         if not bulk:
             return list(await asyncio.gather(*(self.batcher.embed(t) for t in texts)))
         loop = asyncio.get_running_loop()
-        # A batch is padded to its longest text: one 15,000-character turn among 63 short
-        # ones made a batch take 15.3 s instead of 2.1 s. Batches of like lengths, then the
-        # caller's order back.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        ordered = [texts[i] for i in order]
-        parts = [ordered[i : i + self.batch_size] for i in range(0, len(ordered), self.batch_size)]
+        parts = bulk_parts([len(t) for t in texts], self.batch_size, self.bulk_threads)
         done = await asyncio.gather(
-            *(loop.run_in_executor(self._bulk, self._encode, part) for part in parts)
+            *(
+                loop.run_in_executor(self._bulk, self._encode, [texts[i] for i in part])
+                for part in parts
+            )
         )
-        vectors = [vector for part in done for vector in part]
         out: list[list[float]] = [[] for _ in texts]
-        for position, index in enumerate(order):
-            out[index] = vectors[position]
+        for part, vectors in zip(parts, done, strict=True):
+            for index, vector in zip(part, vectors, strict=True):
+                out[index] = vector
         return out
 
     async def close(self) -> None:
         self._queries.shutdown(wait=False, cancel_futures=True)
         self._bulk.shutdown(wait=False, cancel_futures=True)
+
+
+def bulk_parts(lengths: Sequence[int], batch_size: int, threads: int) -> list[list[int]]:
+    """The model calls of a bulk batch, as lists of indexes into it.
+
+    A batch is padded to its longest text: one 15,000-character turn among 63 short ones
+    made a batch take 15.3 s instead of 2.1 s. So the texts go by length, in calls of at
+    most `batch_size`. A batch that fits in one call per thread is cut in one call per
+    thread of equal counts instead (still by length, so never more padding than one call),
+    which the threads run at once: ten turns of a `wait=true` ingest took 11.9 ms in one
+    call and 9.5 ms in two on two idle cores.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if threads > 1 and len(order) <= batch_size * threads:
+        k = min(threads, max(1, len(order) // _MIN_PART))
+        size = -(-len(order) // k)
+    else:
+        size = batch_size
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+# Under this many texts a call costs mostly its fixed part: not worth splitting.
+_MIN_PART = 4
 
 
 class OpenAIEmbedder:

@@ -343,11 +343,12 @@ class IngestService:
     async def _wait_indexed(self, tenant_id: str, session_id: str, target: int) -> int:
         """Wait until the watermark reaches `target` or the wait times out.
 
-        The worker wakes us when it commits an advance of this session (`Signals`), so the
-        answer follows the indexing at once; the watermark is also re-read every
-        `wait_poll_seconds` in case a wake-up was lost. On time-out the answer is still a
-        success (the messages are in the log) and carries the watermark reached, so the
-        caller sees the lag instead of an error.
+        The worker wakes us when it commits an advance of this session (`Signals`), with
+        the watermark it committed, so the answer follows the indexing at once and without
+        another read; the watermark is also re-read every `wait_poll_seconds` in case a
+        wake-up was lost. On time-out the answer is still a success (the messages are in
+        the log) and carries the watermark reached, so the caller sees the lag instead of
+        an error.
         """
         deadline = time.monotonic() + self.settings.wait_timeout_seconds
         with self.signals.watch(tenant_id, session_id) as watch:
@@ -358,6 +359,8 @@ class IngestService:
                 if indexed is None or indexed >= target or left <= 0:
                     return indexed or 0
                 await watch.wait(min(left, self.settings.wait_poll_seconds))
+                if watch.seq >= target:
+                    return watch.seq
 
     async def list_messages(
         self, tenant_id: str, session_id: str, user_id: str, before_seq: int | None, limit: int

@@ -338,7 +338,7 @@ def fused_pool(
     query_language = ranking.language(spec.query)
     by_id = {h.id: h for h in (*pool.lists.dense, *pool.lists.sparse)}
     dense = [
-        (h.id, fusion.dense_for(query_language, ranking.language(h.payload.text)))
+        (h.id, fusion.dense_for(query_language, language_of(h.payload.content, h.payload.role)))
         for h in pool.lists.dense
     ]
     fused = ranking.fuse(dense, [h.id for h in pool.lists.sparse], fusion)
@@ -357,17 +357,23 @@ def analysis(content: str, role: str | None, asking_terms: int) -> tuple[frozens
     return own, len(terms.tokenize(text)), ranking.asks_only(role, text, asking_terms)
 
 
+@lru_cache(maxsize=100_000)
+def language_of(content: str, role: str | None) -> ranking.Language:
+    """`ranking.language` of a memory's own text, once per text (like `analysis`)."""
+    return ranking.language(MemoryPayload.text_of(content, role))
+
+
 def _unit_interval(x: NDArray[np.float64]) -> NDArray[np.float64]:
     """`scoring._unit` elementwise: NaN to 0, then clipped to [0, 1]."""
     out: NDArray[np.float64] = np.clip(np.nan_to_num(x, nan=0.0), 0.0, 1.0)
     return out
 
 
-def _stack(rows: list[list[float]]) -> NDArray[np.float32]:
+def _stack(rows: Sequence[Sequence[float] | NDArray[np.float32]]) -> NDArray[np.float32]:
     dim = max((len(r) for r in rows), default=0)
     out = np.zeros((len(rows), dim), dtype=np.float32)
     for i, r in enumerate(rows):
-        if r:
+        if len(r):
             out[i] = r
     return out
 
@@ -409,19 +415,32 @@ class NewerFactsFirst:
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.asks_about_a_period() or len(candidates) < 2:
             return candidates
+        changes = [changes_of(c.hit.payload.content, c.hit.payload.role) for c in candidates]
+        # `promote_changes` compares a result that states a change only with those ranked
+        # above it, so no result after the last such one needs its unit vector (building
+        # them all was ~5% of a recall's CPU, profiled); with none, nothing moves.
+        last = max((i for i, changed in enumerate(changes) if changed), default=-1)
+        if last < 0:
+            return candidates
         items = [
             ranking.Statement(
                 created_at=c.hit.payload.created_at.timestamp(),
-                changes=ranking.states_change(c.hit.payload.text),
-                vector=_unit(c.hit.vectors.turn) if c.hit.vectors else None,
+                changes=changes[i],
+                vector=_unit(c.hit.vectors.turn) if c.hit.vectors and i <= last else None,
             )
-            for c in candidates
+            for i, c in enumerate(candidates)
         ]
         return [candidates[i] for i in ranking.promote_changes(items, self.min_similarity)]
 
 
-def _unit(v: list[float]) -> NDArray[np.float32] | None:
-    if not v:
+@lru_cache(maxsize=100_000)
+def changes_of(content: str, role: str | None) -> bool:
+    """`ranking.states_change` of a memory's own text, once per text."""
+    return ranking.states_change(MemoryPayload.text_of(content, role))
+
+
+def _unit(v: Sequence[float] | NDArray[np.float32]) -> NDArray[np.float32] | None:
+    if not len(v):
         return None
     a = np.asarray(v, dtype=np.float32)
     n = float(np.linalg.norm(a))

@@ -26,9 +26,13 @@ import sys
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from app.errors import VectorStoreUnavailable
 from app.stores.vectors import (
@@ -54,6 +58,12 @@ class QdrantEdgeIndex:
     With `build_min_points` > 0 the HNSW graph is rebuilt in the background whenever the
     points written since the last build reach `build_min_points` and `build_fraction` of
     the index (module docstring); 0 leaves every search brute force.
+
+    The stored vectors of the points a search returned are kept (float32, up to
+    `vector_cache_bytes`, least recently returned out first): a recall's candidates are
+    mostly the same few hundred points of a user, and reading a point's vectors builds
+    ~1,500 Python floats, then an array again (~1.5 ms of a recall, profiled). A point's
+    vectors change only through `upsert`, which drops its entry under the same lock.
     """
 
     def __init__(
@@ -64,6 +74,7 @@ class QdrantEdgeIndex:
         *,
         build_min_points: int = 0,
         build_fraction: float = 0.2,
+        vector_cache_bytes: int = 0,
     ) -> None:
         self.root = path
         self.collection = collection
@@ -79,6 +90,9 @@ class QdrantEdgeIndex:
         self._builder: asyncio.Task[None] | None = None
         self._child: asyncio.subprocess.Process | None = None
         self.builds = 0
+        # Read and written only under `_lock`, as the shard is.
+        self._vectors: OrderedDict[uuid.UUID, StoredVectors] = OrderedDict()
+        self._vectors_max = vector_cache_bytes // (2 * 4 * max(dim, 1))
 
     # ------------------------------------------------------------------ live directory
 
@@ -125,14 +139,15 @@ class QdrantEdgeIndex:
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             self._shard = qe.EdgeShard.create(str(self.path), config)
-            for name in KEYWORD_FIELDS:
-                self._shard.update(
-                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword)
-                )
-            for name in FLOAT_FIELDS:
-                self._shard.update(
-                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Float)
-                )
+        # Also on a shard written by an older version: an index added since (`FLOAT_FIELDS`)
+        # is built from the payload already stored.
+        have = set(self._shard.info().payload_schema)
+        wanted = [(name, qe.PayloadSchemaType.Keyword) for name in KEYWORD_FIELDS] + [
+            (name, qe.PayloadSchemaType.Float) for name in FLOAT_FIELDS
+        ]
+        for name, schema in wanted:
+            if name not in have:
+                self._shard.update(qe.UpdateOperation.create_field_index(name, schema))
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         def locked() -> Any:
@@ -166,7 +181,7 @@ class QdrantEdgeIndex:
             for p in points
         ]
         op = qe.UpdateOperation.upsert_points(edge_points)
-        await self._write(lambda shard: shard.update(op))
+        await self._write(lambda shard: shard.update(op), [p.id for p in points])
         self._unbuilt += len(points)
         self._points += len(points)
         self._maybe_build()
@@ -176,7 +191,7 @@ class QdrantEdgeIndex:
 
         if ids:
             op = qe.UpdateOperation.delete_points(list(ids))
-            await self._write(lambda shard: shard.update(op))
+            await self._write(lambda shard: shard.update(op), ids)
             self._points = max(0, self._points - len(ids))
 
     async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
@@ -246,16 +261,45 @@ class QdrantEdgeIndex:
                     # IDF over this user's memories, not the whole shard (+0.01 R@10).
                     params=qe.SearchParams(idf=qe.IdfParams(corpus=user)),
                     with_payload=True,
-                    with_vector=list(_VECTORS),
                 )
             )
-        # One planned batch: both lists share a pass over the segments.
-        lists = await self._run(lambda: self._shard.query_batch(qe.QueryBatchRequest(requests)))
-        # Reading a hit's vectors builds ~1,500 Python floats: the costliest step of a
-        # recall after the search itself (profiled), so a point in both lists is read once.
-        seen: dict[Any, VectorHit] = {}
-        hits = [[_hit(p, seen) for p in points] for points in lists]
+
+        def search() -> tuple[list[list[Any]], dict[Any, StoredVectors]]:
+            # One planned batch: both lists share a pass over the segments. The vectors
+            # come from the cache, or (the points not in it) from one read after the search.
+            lists = self._shard.query_batch(qe.QueryBatchRequest(requests))
+            ids = [_as_uuid(p.id) for points in lists for p in points]
+            return lists, self._stored_vectors(ids)
+
+        lists, vectors = await self._run(search)
+        seen: dict[uuid.UUID, VectorHit] = {}
+        hits = [[_hit(p, vectors, seen) for p in points] for points in lists]
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
+
+    def _stored_vectors(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredVectors]:
+        """Each point's vectors, from the cache or read once (under `_lock`)."""
+        out: dict[uuid.UUID, StoredVectors] = {}
+        missing = []
+        for pid in ids:
+            if pid in out:
+                continue
+            known = self._vectors.get(pid)
+            if known is None:
+                missing.append(pid)
+                out[pid] = _NO_VECTORS
+            else:
+                self._vectors.move_to_end(pid)
+                out[pid] = known
+        if missing:
+            records = self._shard.retrieve(missing, with_payload=False, with_vector=list(_VECTORS))
+            for r in records:
+                pid = _as_uuid(r.id)
+                out[pid] = stored = _stored(r.vector)
+                if self._vectors_max > 0:
+                    self._vectors[pid] = stored
+            while len(self._vectors) > self._vectors_max:
+                self._vectors.popitem(last=False)
+        return out
 
     async def count(self) -> int:
         import qdrant_edge as qe
@@ -277,6 +321,7 @@ class QdrantEdgeIndex:
             found = int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
             if found:
                 self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+                self._vectors.clear()
             return found
 
         return int(await self._run(count_and_delete))
@@ -299,15 +344,19 @@ class QdrantEdgeIndex:
         await self._run(lambda: self._shard.info())
         return (time.perf_counter() - start) * 1000
 
-    async def _write(self, fn: Callable[[Any], None]) -> None:
+    async def _write(self, fn: Callable[[Any], None], rewritten: Sequence[uuid.UUID] = ()) -> None:
         """Apply a write to the live shard and, while a graph is being built, journal it
-        for the copy (under the same lock, so the copy sees exactly the writes after it)."""
+        for the copy (under the same lock, so the copy sees exactly the writes after it).
+        `rewritten`: points whose vectors the write replaces or deletes; their cached
+        vectors go under the same lock, so no search keeps the old ones."""
 
         def locked() -> None:
             with self._lock:
                 if self._shard is None:
                     raise VectorStoreUnavailable("the vector index is closed")
                 fn(self._shard)
+                for pid in rewritten:
+                    self._vectors.pop(pid, None)
                 if self._journal is not None:
                     self._journal.append(fn)
 
@@ -437,21 +486,40 @@ class QdrantEdgeIndex:
 _VECTORS = ("dense", "turn", "sparse")
 
 
-def _hit(p: Any, seen: dict[Any, VectorHit]) -> VectorHit:
-    pid = p.id
+_NO_VECTORS = StoredVectors(dense=(), turn=(), sparse_ids=())
+
+
+def _stored(vector: Any) -> StoredVectors:
+    """A point's vectors as recall reads them: float32 arrays (the index stores float32, so
+    the values are the same as the lists it hands out), the turn vector defaulting to the
+    dense one."""
+    named = vector if isinstance(vector, dict) else {}
+    dense = _frozen(named.get("dense"))
+    turn = named.get("turn")
+    sparse = named.get("sparse")
+    return StoredVectors(
+        dense=dense,
+        turn=_frozen(turn) if turn else dense,
+        sparse_ids=tuple(getattr(sparse, "indices", None) or ()),
+    )
+
+
+def _frozen(values: Sequence[float] | None) -> NDArray[np.float32]:
+    """Cached and shared by every recall that returns the point: read-only."""
+    out = np.asarray(values or (), dtype=np.float32)
+    out.setflags(write=False)
+    return out
+
+
+def _hit(
+    p: Any, vectors: dict[uuid.UUID, StoredVectors], seen: dict[uuid.UUID, VectorHit]
+) -> VectorHit:
+    pid = _as_uuid(p.id)
     known = seen.get(pid)
     if known is not None:  # the same point in the other list: only its score differs
         return VectorHit(known.id, p.score, known.payload, known.vectors)
-    vector = p.vector  # each attribute read converts the point anew: once only
-    named = vector if isinstance(vector, dict) else {}
-    dense = named.get("dense") or []
-    sparse = named.get("sparse")
-    vectors = StoredVectors(
-        dense=dense,
-        turn=named.get("turn") or dense,
-        sparse_ids=list(getattr(sparse, "indices", None) or []),
-    )
-    hit = VectorHit(_as_uuid(pid), p.score, MemoryPayload.from_dict(p.payload or {}), vectors)
+    payload = MemoryPayload.from_dict(p.payload or {})
+    hit = VectorHit(pid, p.score, payload, vectors.get(pid, _NO_VECTORS))
     seen[pid] = hit
     return hit
 

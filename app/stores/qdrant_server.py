@@ -46,19 +46,30 @@ class QdrantServerIndex:
 
     async def ensure_collection(self) -> None:
         try:
+            have: set[str] = set()
             if await self.client.collection_exists(self.collection):
-                return
-            await self.client.create_collection(
-                self.collection,
-                vectors_config={
-                    name: qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE)
-                    for name in ("dense", "turn")
-                },
-                sparse_vectors_config={"sparse": qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
-            )
+                if self.local:
+                    return
+                # A collection from an older version: add the indexes added since
+                # (`FLOAT_FIELDS`), built by the server from the payload already stored.
+                info = await self.client.get_collection(self.collection)
+                have = set(info.payload_schema)
+            else:
+                await self.client.create_collection(
+                    self.collection,
+                    vectors_config={
+                        name: qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE)
+                        for name in ("dense", "turn")
+                    },
+                    sparse_vectors_config={
+                        "sparse": qm.SparseVectorParams(modifier=qm.Modifier.IDF)
+                    },
+                )
             if self.local:
                 return
             for name in KEYWORD_FIELDS:
+                if name in have:
+                    continue
                 await self.client.create_payload_index(
                     self.collection,
                     name,
@@ -68,6 +79,8 @@ class QdrantServerIndex:
                     ),
                 )
             for name in FLOAT_FIELDS:
+                if name in have:
+                    continue
                 await self.client.create_payload_index(
                     self.collection, name, qm.PayloadSchemaType.FLOAT
                 )

@@ -32,8 +32,12 @@ class Watch:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        # The highest watermark a signal reported: a waiter whose target it reaches is
+        # answered without reading the watermark again (the signal follows the commit).
+        self.seq = 0
 
-    def _wake(self) -> None:
+    def _wake(self, seq: int) -> None:
+        self.seq = max(self.seq, seq)
         self._event.set()
 
     async def wait(self, timeout: float) -> None:
@@ -74,16 +78,16 @@ class Signals:
                 if not watches:
                     del self._watches[key]
 
-    def _advanced(self, tenant_id: str, session_id: str) -> None:
+    def _advanced(self, tenant_id: str, session_id: str, seq: int) -> None:
         for watch in self._watches.get((tenant_id, session_id), ()):
-            watch._wake()
+            watch._wake(seq)
 
     # Across processes.
 
     async def indexed(self, tenant_id: str, session_id: str, seq: int) -> None:
         """The worker committed the session's watermark at `seq`: wake its waiters here and
         in the other processes. Never raises: a lost signal only delays a waiter."""
-        self._advanced(tenant_id, session_id)
+        self._advanced(tenant_id, session_id, seq)
         if self.redis is None:
             return
         try:
@@ -131,5 +135,5 @@ class Signals:
             return
         text = data.decode() if isinstance(data, bytes) else data
         parts = text.split(_SEP)
-        if len(parts) == 3:
-            self._advanced(parts[0], parts[1])
+        if len(parts) == 3 and parts[2].isdigit():
+            self._advanced(parts[0], parts[1], int(parts[2]))

@@ -21,17 +21,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+import numpy as np
+from numpy.typing import NDArray
+
 from app.core.terms import SparseVec
 
 if TYPE_CHECKING:
     from app.stores.models import Memory
 
 KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "source_sessions")
-# The index's schema, in the collection's name: a new named vector or indexed field means a
+# The index's schema, in the collection's name: a new named vector or payload field means a
 # new collection, rebuilt from SQL by the `reindex` job (app/jobs/reindex.py), which a worker
-# enqueues at start when the collection is empty and SQL holds live memories.
+# enqueues at start when the collection is empty and SQL holds live memories. A new index on
+# a field the payload already has needs no rebuild: both backends add missing indexes when
+# they open a collection.
 SCHEMA_VERSION = 2
-FLOAT_FIELDS = ("created_at",)
+# `valid_to`: every recall filters on it (`must_not valid_to <= valid_at`). Unindexed, each
+# candidate the search visits reads its payload for it: 3.5-5 ms of a 1k-10k memory recall's
+# index query, 0.5-1 ms with the index (bench/README.md, "Less CPU per recall"); the same
+# points pass the filter either way.
+FLOAT_FIELDS = ("created_at", "valid_to")
 
 
 class PayloadPatch(TypedDict, total=False):
@@ -241,11 +250,12 @@ class VectorQuery:
 
 @dataclass(frozen=True, slots=True)
 class StoredVectors:
-    """A hit's stored vectors, which recall's relevance and change promotion read."""
+    """A hit's stored vectors, which recall's relevance and change promotion read: lists, or
+    float32 arrays (the embedded index's, which it keeps for the points it has returned)."""
 
-    dense: list[float]
-    turn: list[float]
-    sparse_ids: list[int]
+    dense: Sequence[float] | NDArray[np.float32]
+    turn: Sequence[float] | NDArray[np.float32]
+    sparse_ids: Sequence[int]
 
 
 @dataclass(frozen=True, slots=True)

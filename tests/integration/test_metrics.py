@@ -3,6 +3,7 @@ job figures, memories by type; its token; several processes adding up; the worke
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from redis.asyncio import Redis
 from app.metrics import Metrics
 from app.services.metrics import MetricsService
 from app.stores.db import Database, create_engine
-from tests.conftest import Running, full_settings, turn
+from tests.conftest import Running, embedded_settings, full_settings, turn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,6 +120,30 @@ async def test_embedding_and_promotion_are_counted(
     assert grew("strata_promotion_batch_messages_sum") >= 5
     assert grew("strata_promotion_batch_duration_seconds_count") >= 1
     assert "# TYPE strata_job_duration_seconds histogram" in after
+
+
+async def test_the_worker_trims_the_heap_when_idle_after_a_backlog(
+    start_app: Callable[[Any], Any], tmp_path: Path
+) -> None:
+    """`STRATA_TRIM_AFTER_MESSAGES`: once that many are promoted and the worker finds no
+    more work, it gives the free heap back (app/memory.py), and counts it."""
+    settings = embedded_settings(tmp_path, trim_after_messages=3)
+    async with start_app(settings) as running:
+        assert value(await scrape(running), "strata_heap_trims_total") == 0
+        resp = await running.client.post(
+            "/v1/sessions/trim/messages",
+            json={
+                "user_id": "tia",
+                "messages": [turn(f"note {i}") for i in range(3)],
+                "wait": True,
+            },
+        )
+        assert resp.status_code == 200
+        for _ in range(100):  # the worker's next pass finds nothing, then trims
+            if value(await scrape(running), "strata_heap_trims_total"):
+                break
+            await asyncio.sleep(0.1)
+        assert value(await scrape(running), "strata_heap_trims_total") == 1
 
 
 @pytest.fixture(scope="module")

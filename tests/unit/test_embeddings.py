@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from app.errors import EmbeddingRejected, ProviderTimeout, Unavailable
-from app.providers.embeddings import OpenAIEmbedder
+from app.providers.embeddings import OpenAIEmbedder, bulk_parts
 
 
 def embedder(handler: httpx.MockTransport, dim: int = 3) -> OpenAIEmbedder:
@@ -87,3 +87,27 @@ async def test_wrong_shapes_and_timeouts_are_errors_not_garbage() -> None:
 
     with pytest.raises(ProviderTimeout):
         await embedder(httpx.MockTransport(slow)).embed(["x"])
+
+
+@pytest.mark.parametrize(
+    ("n", "batch_size", "threads", "calls"),
+    [
+        (10, 64, 2, 2),
+        (3, 64, 2, 1),
+        (1, 64, 2, 1),
+        (10, 64, 1, 1),
+        (128, 64, 2, 2),
+        (300, 64, 2, 5),
+    ],
+)
+def test_bulk_parts_cover_each_text_once_by_length(
+    n: int, batch_size: int, threads: int, calls: int
+) -> None:
+    lengths = [(i * 37) % 101 for i in range(n)]
+    parts = bulk_parts(lengths, batch_size, threads)
+    assert len(parts) == calls
+    assert sorted(i for part in parts for i in part) == list(range(n))
+    assert all(len(part) <= batch_size for part in parts)
+    # By length across the calls, so none is padded beyond what one call would be.
+    flat = [lengths[i] for part in parts for i in part]
+    assert flat == sorted(flat)

@@ -7,7 +7,7 @@ import sys
 
 import orjson
 
-from app.logs import JsonFormatter, TextFormatter, job_id_var, request_id_var
+from app.logs import JsonFormatter, TextFormatter, configure, job_id_var, request_id_var
 
 
 def _record(msg: str, **extra: object) -> logging.LogRecord:
@@ -56,3 +56,20 @@ def test_text_format_names_the_ids() -> None:
     finally:
         request_id_var.reset(token)
     assert line == "WARNING strata.test: hi [request_id=req-2]"
+
+
+def test_the_configured_level_applies_to_uvicorns_access_log() -> None:
+    root = logging.getLogger()
+    access = logging.getLogger("uvicorn.access")
+    saved = (root.level, list(root.handlers), access.level, access.handlers, access.propagate)
+    try:
+        access.setLevel(logging.INFO)  # as uvicorn's own set-up leaves it
+        configure("WARNING")
+        assert not access.isEnabledFor(logging.INFO)
+        configure("INFO")
+        assert access.isEnabledFor(logging.INFO)
+    finally:
+        root.setLevel(saved[0])
+        root.handlers = saved[1]
+        access.setLevel(saved[2])
+        access.handlers, access.propagate = saved[3], saved[4]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import uuid
@@ -11,7 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core import relevance, scoring, terms
+from app.core import ranking, relevance, scoring, terms
 from app.schemas.recall import RecallRequest
 from app.services.search import (
     Candidate,
@@ -20,6 +21,7 @@ from app.services.search import (
     Pool,
     Score,
     SearchSpec,
+    _unit,
     fused_pool,
     no_rewrite,
     run_stages,
@@ -371,3 +373,41 @@ def test_the_vectorised_score_gives_the_scalar_scores_and_order(
     assert [c.hit.id for c in fast] == [c.hit.id for c in slow] or all(
         abs(a.score - b.score) <= 1e-9 for a, b in zip(fast, slow, strict=True)
     )
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),  # states a change
+            st.integers(0, 60),  # days old
+            st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.0]), min_size=3, max_size=3),
+        ),
+        min_size=2,
+        max_size=12,
+    )
+)
+def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
+    rows: list[tuple[bool, int, list[float]]],
+) -> None:
+    """The stage builds only the unit vectors a comparison can read; the order is the one
+    `promote_changes` gives with every candidate's vector."""
+    hits = [
+        hit(
+            n,
+            days_old=days,
+            turn=v if any(v) else None,
+            content=f"I changed the plan {n} instead" if changes else f"the plan {n} holds",
+        )
+        for n, (changes, days, v) in enumerate(rows)
+    ]
+    pool = [Candidate(h, 0.5, 1.0, 0.5, 1.0 - n / 100) for n, h in enumerate(hits)]
+    out = asyncio.run(NewerFactsFirst(0.4)(spec(), pool))
+    items = [
+        ranking.Statement(
+            created_at=h.payload.created_at.timestamp(),
+            changes=ranking.states_change(h.payload.text),
+            vector=_unit(h.vectors.turn) if h.vectors else None,
+        )
+        for h in hits
+    ]
+    assert [c.hit.id.int for c in out] == ranking.promote_changes(items, 0.4)

@@ -1,0 +1,111 @@
+"""The embedded index keeps the stored vectors of the points it returned: recall scores
+the same with the cache as with every vector read anew, and a point written again is
+never scored with its old vectors."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.core import terms
+from app.services.search import Pool, Score, SearchSpec
+from app.settings import Settings
+from app.stores.qdrant_edge import QdrantEdgeIndex
+from app.stores.vectors import (
+    CandidateLists,
+    MemoryPayload,
+    StoredVectors,
+    VectorHit,
+    VectorPoint,
+    VectorQuery,
+)
+
+DIM = 16
+TENANT, USER = "t", "u"
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+WORDS = ["hike", "alps", "cat", "tea", "move", "date", "boxes", "paris"]
+
+
+def point(i: int, rng: np.random.Generator) -> VectorPoint:
+    text = f"{WORDS[i % 8]} {WORDS[(i * 3) % 8]} note {i}"
+    payload = MemoryPayload(
+        tenant_id=TENANT,
+        user_id=USER,
+        session_id="s",
+        memory_type="episodic",
+        content=text,
+        importance=0.5,
+        sources=[],
+        metadata={},
+        created_at=NOW - timedelta(days=i % 40),
+    )
+    dense = rng.standard_normal(DIM).astype(np.float32).tolist()
+    turn = rng.standard_normal(DIM).astype(np.float32).tolist()
+    pid = uuid.uuid5(uuid.NAMESPACE_URL, f"vectors-test/{i}")
+    return VectorPoint(pid, dense, terms.document_vector(text), payload, turn)
+
+
+def query(n: int, rng: np.random.Generator) -> tuple[SearchSpec, VectorQuery]:
+    text = f"{WORDS[n % 8]} {WORDS[(n + 3) % 8]} note"
+    spec = SearchSpec(tenant_id=TENANT, user_id=USER, query=text, top_k=10, as_of=NOW)
+    dense = rng.standard_normal(DIM).astype(np.float32).tolist()
+    return spec, VectorQuery(TENANT, USER, dense, terms.query_vector(text), limit=30)
+
+
+def as_lists(index: QdrantEdgeIndex, lists: CandidateLists) -> CandidateLists:
+    """The hits with their vectors read from the shard as lists of floats, as recall read
+    them before the cache."""
+    ids = list({h.id for h in (*lists.dense, *lists.sparse)})
+    records = index._shard.retrieve(
+        ids, with_payload=False, with_vector=["dense", "turn", "sparse"]
+    )
+    stored = {}
+    for r in records:
+        v = r.vector
+        stored[uuid.UUID(str(r.id))] = StoredVectors(
+            dense=v["dense"], turn=v["turn"], sparse_ids=list(v["sparse"].indices)
+        )
+
+    def read(hits: list[VectorHit]) -> list[VectorHit]:
+        return [VectorHit(h.id, h.score, h.payload, stored[h.id]) for h in hits]
+
+    return CandidateLists(read(lists.dense), read(lists.sparse))
+
+
+def scored(spec: SearchSpec, q: VectorQuery, lists: CandidateLists) -> list[tuple[int, float]]:
+    pool = Pool(lists, 3, q.dense, frozenset(q.sparse.indices))
+    return [(c.hit.id.int, c.score) for c in Score(Settings(_env_file=None))(spec, pool)]
+
+
+@pytest.mark.parametrize("room", [20, 1000])  # 20: most points pass through and out again
+async def test_cached_vectors_score_as_vectors_read_anew_and_follow_a_rewrite(
+    tmp_path: Path, room: int
+) -> None:
+    rng = np.random.default_rng(11)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=room * 2 * 4 * DIM)
+    await index.ensure_collection()
+    points = [point(i, rng) for i in range(300)]
+    await index.upsert(points)
+    asked = [query(n, rng) for n in range(12)]
+
+    for _ in range(2):  # the first round fills the cache, the second reads it
+        for spec, q in asked:
+            lists = await index.candidates(q)
+            assert lists.dense
+            assert lists.sparse
+            assert scored(spec, q, lists) == scored(spec, q, as_lists(index, lists))
+            assert len(index._vectors) <= room
+
+    # Written again with new vectors (a re-embedding): never scored with the old ones.
+    rewritten = [
+        VectorPoint(p.id, p.turn_vector, p.sparse, p.payload, p.dense) for p in points[::2]
+    ]
+    await index.upsert(rewritten)
+    for spec, q in asked:
+        lists = await index.candidates(q)
+        assert scored(spec, q, lists) == scored(spec, q, as_lists(index, lists))
+    await index.close()

@@ -1,0 +1,30 @@
+"""The wake-ups of waiting requests carry the watermark the worker committed."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.stores.buffer import Breaker
+from app.stores.signals import INDEXED_CHANNEL, Signals
+
+
+def signals() -> Signals:
+    return Signals(None, Breaker(retry_seconds=5))
+
+
+async def test_a_watch_keeps_the_highest_watermark_signalled() -> None:
+    hub = signals()
+    with hub.watch("t", "s") as watch, hub.watch("t", "other") as other:
+        await hub.indexed("t", "s", 20)
+        await hub.indexed("t", "s", 10)  # an older advance, heard late
+        await asyncio.wait_for(watch.wait(1), 1)
+        assert watch.seq == 20
+        assert other.seq == 0  # another session's advance is not this one's
+
+
+async def test_an_advance_from_another_process_carries_its_seq() -> None:
+    hub = signals()
+    with hub.watch("t", "s") as watch:
+        hub._dispatch(INDEXED_CHANNEL.encode(), b"t\x1fs\x1f42")
+        hub._dispatch(INDEXED_CHANNEL, "t\x1fs\x1fnot-a-number")  # ignored
+        assert watch.seq == 42
