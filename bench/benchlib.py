@@ -319,7 +319,9 @@ def find_listening_pid(port: int) -> int | None:
 
 
 def process_memory(pid: int) -> JSON | None:
-    """VmRSS and VmHWM (peak RSS) in MiB from /proc/<pid>/status."""
+    """VmRSS, VmHWM (peak RSS), and RssAnon / RssFile (the heap, and the pages of mapped
+    files: the index's segments and WAL, the model's weights, which the kernel may drop and
+    read again) in MiB from /proc/<pid>/status."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -327,7 +329,7 @@ def process_memory(pid: int) -> JSON | None:
     out: JSON = {"pid": pid}
     for line in text.splitlines():
         key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             out[key.lower() + "_mib"] = int(rest.split()[0]) / 1024
     return out
 

@@ -529,7 +529,9 @@ async def main_async(args: argparse.Namespace) -> int:
             print(
                 f"(f) server RSS: start {fmt((rss_start or {}).get('vmrss_mib'), 0)} "
                 f"MiB, end {fmt(rss_end.get('vmrss_mib'), 0)} MiB, peak "
-                f"{fmt(rss_end.get('vmhwm_mib'), 0)} MiB"
+                f"{fmt(rss_end.get('vmhwm_mib'), 0)} MiB; at the end "
+                f"{fmt(rss_end.get('rssanon_mib'), 0)} MiB anonymous, "
+                f"{fmt(rss_end.get('rssfile_mib'), 0)} MiB of mapped files"
             )
             peak = rss_end.get("vmhwm_mib")
             rows.append(
