@@ -205,7 +205,7 @@ class Memory(Base):
             sqlite_where=sa.text("forgotten_at IS NOT NULL AND purged_at IS NULL"),
         ),
         # The profile's current facts (semantic and procedural memories).
-        sa.Index("ix_memories_user_type", "tenant_id", "user_id", "memory_type"),
+        sa.Index("ix_memories_user_type", "tenant_id", "user_id", "memory_type", "created_at"),
     )
 
 

@@ -94,3 +94,22 @@ async def test_context_shows_the_profile_within_budget(
     )
     assert tight.status_code == 200, tight.text
     assert tight.json()["tokens"]["total"] <= 25
+
+
+async def test_the_profiles_facts_are_newest_first_across_types(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Semantic and procedural facts are read one type at a time (so an index gives each
+    type's newest); the profile still lists them merged, newest first, episodes left out."""
+    user = ids("user")
+    await post_messages(running, ids("s"), user, [turn("Just chatting about the weather.")])
+    written = []
+    for n, memory_type in enumerate(["semantic", "procedural", "semantic", "procedural"]):
+        resp = await running.client.post(
+            "/v1/memories",
+            json={"user_id": user, "content": f"Fact number {n}.", "memory_type": memory_type},
+        )
+        assert resp.status_code == 201, resp.text
+        written.append(resp.json()["content"])
+    profile = (await running.client.get(f"/v1/users/{user}/profile")).json()
+    assert [f["content"] for f in profile["facts"]] == written[::-1]
