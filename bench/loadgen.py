@@ -59,7 +59,7 @@ def encode(host: str, path: str, body: Any, headers: dict[str, str] | None = Non
     return head.encode() + data
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     status = int(lines[0].split(b" ", 2)[1])
@@ -112,7 +112,7 @@ async def run(
                 budget[0] -= 1
                 start = time.perf_counter()
                 writer.write(next(cycle))
-                status, body = await _read_response(reader)
+                status, body = await read_response(reader)
                 elapsed = (time.perf_counter() - start) * 1000
                 if status >= 400:
                     errors += 1
