@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +43,8 @@ from app.services.recall import RecallService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import SearchSpec
 from app.services.summaries import SummaryService
+
+log = logging.getLogger("strata.context")
 
 # Memories fetched for packing; the budget decides how many stay.
 CONTEXT_TOP_K = 30
@@ -197,6 +200,8 @@ class ContextService:
                 profiling = reads.create_task(self._profile(tenant_id, body))
                 summarising = reads.create_task(self._summaries(tenant_id, body, recent))
         except BaseExceptionGroup as group:
+            for other in group.exceptions[1:]:
+                log.warning("context read failed too: %r", other)
             raise group.exceptions[0] from None  # the API's error handlers expect one error
         recalled, profile, summaries = recalling.result(), profiling.result(), summarising.result()
         memories = recalled.memories

@@ -120,55 +120,69 @@ class Promoter:
         """Promote one slice of each claimed session: read every slice, embed the lines of
         all of them in one call (one session's slice is often a handful of turns, and a
         model call costs about the same for five lines as for fifty), then write each
-        session in turn. A failing session backs off alone; the others go on."""
-        slices: dict[str, _Slice] = {}
-        retry: dict[str, datetime] = {}
-        for claim in claims:
-            try:
-                piece = await self._slice(claim)
-            except Exception:
-                log.exception("promotion of session %s failed", claim.session_id)
-                retry[claim.session_id] = self._retry_at(claim.promote_failures + 1)
-                continue
-            if piece is not None:
-                slices[claim.session_id] = piece
-        embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]] = {}
-        try:
-            embedded = await self._embed_all([c for p in slices.values() for c in p.chunks])
-        except Exception:
-            # Perhaps one session's text is what fails (a provider refusing it, a bad
-            # row): each on its own, so only that one backs off.
-            for claim in claims:
-                piece = slices.get(claim.session_id)
-                if piece is None:
-                    continue
-                try:
-                    embedded.update(await self._embed_all(piece.chunks))
-                except Exception:
-                    log.exception("promotion of session %s failed", claim.session_id)
-                    retry[claim.session_id] = self._retry_at(claim.promote_failures + 1)
-                    del slices[claim.session_id]
+        session in turn. A failing session backs off alone; the others go on. Every claim's
+        lease is given back, also when the pass is cancelled (a worker stopping).
+
+        Claims are told apart by their place in `claims`: two tenants may both have a
+        session called "chat" in one pass."""
+        slices: dict[int, _Slice] = {}
+        retry: dict[int, datetime] = {}
+        released: set[int] = set()
+
+        def failed(n: int) -> None:
+            log.exception("promotion of session %s failed", claims[n].session_id)
+            retry[n] = self._retry_at(claims[n].promote_failures + 1)
+            slices.pop(n, None)
+
         done = 0
-        for claim in claims:
-            piece = slices.get(claim.session_id)
+        try:
+            for n, claim in enumerate(claims):
+                try:
+                    piece = await self._slice(claim)
+                except Exception:
+                    failed(n)
+                    continue
+                if piece is not None:
+                    slices[n] = piece
+            embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]] = {}
             try:
-                if piece is not None and not self.stop.is_set():
-                    done += await self._promote_slice(claim, piece, embedded)
+                embedded = await self._embed_all([c for p in slices.values() for c in p.chunks])
             except Exception:
-                # One failing session (a provider down, a bad row) must not hold up the
-                # others; it backs off on its own and a later pass retries it.
-                log.exception("promotion of session %s failed", claim.session_id)
-                retry[claim.session_id] = self._retry_at(claim.promote_failures + 1)
-            finally:
-                async with self.db.transaction() as tx:
-                    await session_store.release_lease(
-                        tx,
-                        tenant_id=claim.tenant_id,
-                        session_id=claim.session_id,
-                        owner=self.owner,
-                        retry_at=retry.get(claim.session_id),
-                    )
+                # Perhaps one session's text is what fails (a provider refusing it, a bad
+                # row): each on its own, so only that one backs off.
+                for n, piece in list(slices.items()):
+                    try:
+                        embedded.update(await self._embed_all(piece.chunks))
+                    except Exception:
+                        failed(n)
+            for n, claim in enumerate(claims):
+                piece = slices.get(n)
+                try:
+                    if piece is not None and not self.stop.is_set():
+                        done += await self._promote_slice(claim, piece, embedded)
+                except Exception:
+                    # One failing session (a provider down, a bad row) must not hold up
+                    # the others; it backs off on its own and a later pass retries it.
+                    failed(n)
+                finally:
+                    released.add(n)
+                    await self._release(claim, retry.get(n))
+        finally:
+            for n, claim in enumerate(claims):
+                if n not in released:
+                    with contextlib.suppress(Exception):
+                        await self._release(claim, retry.get(n))
         return done
+
+    async def _release(self, claim: Claim, retry_at: datetime | None) -> None:
+        async with self.db.transaction() as tx:
+            await session_store.release_lease(
+                tx,
+                tenant_id=claim.tenant_id,
+                session_id=claim.session_id,
+                owner=self.owner,
+                retry_at=retry_at,
+            )
 
     def _retry_at(self, failures: int) -> datetime:
         wait = backoff_seconds(

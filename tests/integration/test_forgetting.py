@@ -225,9 +225,8 @@ async def test_promoted_filler_is_what_goes_first(
 async def test_an_imported_history_is_not_forgotten_by_the_next_sweep(
     running: Running, ids: Callable[[str], str]
 ) -> None:
-    """Old event times (an import of last year's chats) do not make old memories: each
-    unused memory gets its stability from the day it was stored, and a restore or a
-    repeat of the same words starts it again."""
+    """Old event times (an import of last year's chats) do not make old memories: an
+    unused memory's age counts from the day it was stored."""
     user, session = ids("user"), ids("s")
     year_ago = (datetime.now(UTC) - 365 * DAY).isoformat()
     await post_messages(running, session, user, [turn("lol", id="a", created_at=year_ago)])

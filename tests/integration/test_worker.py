@@ -13,10 +13,11 @@ import pytest
 import sqlalchemy as sa
 
 from app.providers.embeddings import OpenAIEmbedder
+from app.schemas.ingest import IngestRequest
 from app.services.promotion import Promoter
 from app.stores import sessions as session_store
 from app.stores.models import Memory, MemoryEvent, Session
-from app.wiring import build_promoter
+from app.wiring import build_promoter, build_services
 from tests.conftest import Running, full_settings, post_messages, turn
 
 
@@ -257,3 +258,83 @@ async def test_a_pass_embeds_its_sessions_in_one_call(idle_app: Running) -> None
     assert sorted(calls[0]) == sorted(f"user: pass {n} {x}" for n in range(3) for x in "ab")
     for n in range(3):
         assert (await counts(idle_app, f"s-one-call-{n}"))[0] == 2
+
+
+async def test_two_tenants_sessions_of_one_name_in_one_pass_stay_apart(
+    idle_app: Running,
+) -> None:
+    """Sessions are (tenant, id): a pass holding both tenants' "chat" promotes each from its
+    own log, under its own tenant."""
+    r = idle_app.resources
+    ingest = build_services(r).ingest
+    name = "chat-shared-name"
+    await post_messages(idle_app, name, "u-tenant-a", [turn("alpha only")], wait=False)
+    await ingest.add_messages(
+        "tenant-b",
+        name,
+        IngestRequest.model_validate(
+            {"user_id": "u-tenant-b", "messages": [turn(f"beta {n}") for n in range(3)]}
+        ),
+    )
+    promoter = build_promoter(r, "w")
+    assert await promoter.run_once() == 4
+    async with r.db.read() as tx:
+        rows = (
+            await tx.execute(
+                sa.select(Memory.tenant_id, Memory.user_id, Memory.content)
+                .where(Memory.session_id == name)
+                .order_by(Memory.tenant_id, Memory.content)
+            )
+        ).all()
+        marks = dict(
+            (
+                await tx.execute(
+                    sa.select(Session.tenant_id, Session.indexed_seq).where(Session.id == name)
+                )
+            ).all()
+        )
+    assert [tuple(x) for x in rows] == [
+        ("default", "u-tenant-a", "user: alpha only"),
+        *(("tenant-b", "u-tenant-b", f"user: beta {n}") for n in range(3)),
+    ]
+    assert marks == {"default": 1, "tenant-b": 3}
+
+
+async def test_a_cancelled_pass_gives_its_leases_back(idle_app: Running) -> None:
+    """A worker stopping mid-pass (its task cancelled while the model runs) releases every
+    session it claimed, so another worker need not wait out the lease."""
+    embedding = asyncio.Event()
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        embedding.set()
+        await asyncio.sleep(60)
+        return httpx.Response(503)
+
+    embedder = OpenAIEmbedder(
+        httpx.AsyncClient(transport=httpx.MockTransport(provider), base_url="http://provider"),
+        model="stub",
+        dim=512,
+        retries=0,
+    )
+    r = idle_app.resources
+    promoter = Promoter(r.db, r.vectors, embedder, r.settings, owner="stopping")
+    for n in range(2):
+        await post_messages(idle_app, f"s-cancel-{n}", f"u-cancel-{n}", [turn("hello")], wait=False)
+    task = asyncio.create_task(promoter.run_once())
+    await asyncio.wait_for(embedding.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with r.db.read() as tx:
+        owners = (
+            (
+                await tx.execute(
+                    sa.select(Session.lease_owner).where(
+                        Session.id.in_(["s-cancel-0", "s-cancel-1"])
+                    )
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert owners == [None, None]
