@@ -190,20 +190,27 @@ class ContextService:
         summaries, pack every section into the budget."""
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
         recent, last_user, working_memory = await self._conversation(tenant_id, session, body)
-        # Three independent reads: at once, so a context call waits for the slowest of
-        # them (the recall), not for their sum.
+
+        # The recall (the index and the model; SQL at most every few seconds) runs while the
+        # profile and the summaries are read one after the other: the call waits for the
+        # slower side, not for the sum, and mostly holds one database connection, as before.
+        async def stored() -> tuple[Profile, list[SummaryOut]]:
+            return await self._profile(tenant_id, body), await self._summaries(
+                tenant_id, body, recent
+            )
+
         try:
             async with asyncio.TaskGroup() as reads:
                 recalling = reads.create_task(
                     self._recall(tenant_id, session_id, body, recent, last_user)
                 )
-                profiling = reads.create_task(self._profile(tenant_id, body))
-                summarising = reads.create_task(self._summaries(tenant_id, body, recent))
+                reading = reads.create_task(stored())
         except BaseExceptionGroup as group:
             for other in group.exceptions[1:]:
                 log.warning("context read failed too: %r", other)
             raise group.exceptions[0] from None  # the API's error handlers expect one error
-        recalled, profile, summaries = recalling.result(), profiling.result(), summarising.result()
+        recalled = recalling.result()
+        profile, summaries = reading.result()
         memories = recalled.memories
         attributes = list(profile.attributes.items())
         sections = layout(
