@@ -176,7 +176,8 @@ class FactExtractor:
                     best[hit.id] = max(best.get(hit.id, 0.0), hit.score)
         ranked = sorted(best, key=lambda i: best[i], reverse=True)[: self.settings.fact_candidates]
         async with self.db.read() as tx:
-            rows = {m.id: m for m in await memory_store.get_many(tx, ranked)}
+            found = await memory_store.get_many(tx, batch.tenant_id, ranked, user_id=batch.user_id)
+            rows = {m.id: m for m in found}
         return [
             facts.KnownFact(r.id, r.content, r.memory_type, r.valid_from)
             for i in ranked
@@ -288,7 +289,7 @@ class FactExtractor:
                 sources = _merge_sources(old.sources, d.sources)
                 if sources != old.sources:
                     await memory_store.update_fields(
-                        tx, old.id, {"sources": sources, "updated_at": now}
+                        tx, t, u, old.id, {"sources": sources, "updated_at": now}
                     )
                     patches.append((old.id, PayloadPatch(sources=sources)))
                 events.append(

@@ -178,8 +178,8 @@ class ForgettingService:
                 decided.update(self._decisions(tenant_id, locked, policy, now))
                 forgotten = [r for r in locked if decided[r.id].verdict == "forget"]
                 pinned = [r for r in locked if decided[r.id].verdict == "pin"]
-                await forget_store.forget(tx, [r.id for r in forgotten], now)
-                await forget_store.pin(tx, [r.id for r in pinned], now)
+                await forget_store.forget(tx, tenant_id, [r.id for r in forgotten], now)
+                await forget_store.pin(tx, tenant_id, [r.id for r in pinned], now)
                 await memory_store.add_events(
                     tx,
                     [_forgotten(r, decided[r.id], policy, now) for r in forgotten]
@@ -231,7 +231,7 @@ class ForgettingService:
                 report.purged += len(rows)
                 if report.dry_run:
                     return
-                await forget_store.purge(tx, [r.id for r in rows], now)
+                await forget_store.purge(tx, tenant_id, [r.id for r in rows], now)
                 await memory_store.add_events(
                     tx,
                     [
@@ -267,7 +267,7 @@ class ForgettingService:
             if row.forgotten_at < now - timedelta(days=policy.grace_days):
                 raise MemoryPurged(memory_id)  # due for purge: the next sweep erases it
             forgotten_at = row.forgotten_at
-            row = await forget_store.restore(tx, row.id, now)
+            row = await forget_store.restore(tx, tenant_id, user_id, row.id, now)
             await memory_store.add_events(
                 tx,
                 [

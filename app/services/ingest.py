@@ -203,7 +203,7 @@ class IngestService:
             return []
         candidates = await summary_store.lock_covering(tx, tenant_id, user_id, *span)
         doomed = plan_summaries(candidates, session_id)
-        await summary_store.delete_ids(tx, [s.id for s in doomed])
+        await summary_store.delete_ids(tx, tenant_id, user_id, [s.id for s in doomed])
         return doomed
 
     @staticmethod
@@ -246,15 +246,15 @@ class IngestService:
         """Forget what was derived from the session (`app.core.erasure`), in the rows."""
         derived = await memory_store.lock_of_session(tx, tenant_id, user_id, session_id)
         plan = plan_detach(derived, session_id, now)
-        await memory_store.erase(tx, plan.erase)
-        await memory_store.unfile(tx, plan.unfile, now)
+        await memory_store.erase(tx, tenant_id, user_id, plan.erase)
+        await memory_store.unfile(tx, tenant_id, user_id, plan.unfile, now)
         for memory in plan.shrink:
             changes: memory_store.MemoryChanges = {
                 "sources": memory.sources,
                 "session_id": memory.session_id,
                 "updated_at": now,
             }
-            await memory_store.update_fields(tx, memory.id, changes)
+            await memory_store.update_fields(tx, tenant_id, user_id, memory.id, changes)
         await memory_store.add_events(tx, plan.events)
         return plan
 

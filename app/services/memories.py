@@ -234,7 +234,9 @@ class MemoryService:
                     old[name], new[name] = before, after
             if not new:
                 return memory_out(row)
-            row = await memory_store.update_fields(tx, row.id, _changes(new, now))
+            row = await memory_store.update_fields(
+                tx, tenant_id, body.user_id, row.id, _changes(new, now)
+            )
             await memory_store.add_events(
                 tx, [_event(row, "updated", old, new, body.reason or "updated by API")]
             )
@@ -255,7 +257,7 @@ class MemoryService:
             row = await memory_store.get(tx, tenant_id, user_id, memory_id)
             if row is None:
                 raise MemoryNotFound(memory_id)
-            await memory_store.soft_delete(tx, row.id, now)
+            await memory_store.soft_delete(tx, tenant_id, user_id, row.id, now)
             await memory_store.add_events(
                 tx, [_event(row, "deleted", {"content": row.content}, None, "deleted by API")]
             )

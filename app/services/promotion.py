@@ -313,7 +313,12 @@ class Promoter:
             return set(), {}
         hashes = sorted({content_hash(c.content) for c in chunks})
         async with self.db.read() as tx:
-            done = {m.id for m in await memory_store.get_many(tx, [c.id for c in chunks])}
+            done = {
+                m.id
+                for m in await memory_store.get_many(
+                    tx, claim.tenant_id, [c.id for c in chunks], user_id=claim.user_id
+                )
+            }
             same_text = await memory_store.by_hashes(tx, claim.tenant_id, claim.user_id, hashes)
         stored = await self.vectors.dense_vectors([m.id for m in same_text.values()])
         return done, {h: ExistingMemory(m.id, stored.get(m.id)) for h, m in same_text.items()}
@@ -353,7 +358,7 @@ class Promoter:
     ) -> tuple[list[AuditEvent], list[tuple[uuid.UUID, PayloadPatch]]]:
         """Apply each gain to its memory as it is now, under a row lock, not as read before
         the plan; returns the events and the index updates of the memories that changed."""
-        live = await memory_store.lock_live(tx, list(gains))
+        live = await memory_store.lock_live(tx, claim.tenant_id, claim.user_id, list(gains))
         if len(live) != len(gains):
             raise _Stale  # a merge target was deleted meanwhile: redo the batch
         events: list[AuditEvent] = []
@@ -364,7 +369,13 @@ class Promoter:
             if merged is None:
                 continue
             await memory_store.save_merge(
-                tx, target.id, sources=merged.sources, created_at=merged.created_at, now=now
+                tx,
+                claim.tenant_id,
+                claim.user_id,
+                target.id,
+                sources=merged.sources,
+                created_at=merged.created_at,
+                now=now,
             )
             patches.append(
                 (target.id, PayloadPatch(sources=merged.sources, created_at=merged.created_at))

@@ -108,7 +108,8 @@ class Reindexer:
             await self.vectors.upsert(points)
             done += len(points)
             async with self.db.read() as tx:
-                now = {m.id: m for m in await memory_store.get_many(tx, [r.id for r in rows])}
+                found = await _get_many(tx, [(r.tenant_id, r.id) for r in rows])
+            now = {m.id: m for m in found}
             gone = [r.id for r in rows if r.id not in now or now[r.id].deleted_at is not None]
             if gone:
                 await self.vectors.delete(gone)
@@ -146,7 +147,7 @@ class Reindexer:
                 ]
             rows = [
                 r
-                for r in await memory_store.get_many(tx, ids)
+                for r in await memory_store.get_many(tx, gone.tenant_id, ids, user_id=gone.user_id)
                 if r.deleted_at is None and not (keep_used and r.access_count > 0)
             ]
         return await self.rebuild_rows(rows) if rows else 0
@@ -207,8 +208,8 @@ class Reindexer:
         for key, messages in logs.items():
             for seq in messages:
                 turn_of[memory_id(*key, incarnations[key], seq)] = (key, seq)
-        ids = [i for i in turn_of if i not in rebuilding]
-        for row in await memory_store.get_many(tx, ids):
+        ids = [(key[0], i) for i, (key, _) in turn_of.items() if i not in rebuilding]
+        for row in await _get_many(tx, ids):
             if row.deleted_at is not None:
                 key, seq = turn_of[row.id]
                 del logs[key][seq]
@@ -244,6 +245,18 @@ class Reindexer:
             for chunk in chunks:  # one, unless the turn's role is not an indexed one
                 return _Plan(row, replace(chunk, id=row.id, content=row.content), chunk.role)
         return _Plan(row, _own_chunk(row), None)
+
+
+async def _get_many(tx: AsyncSession, keys: list[tuple[str, uuid.UUID]]) -> list[Memory]:
+    """The memories of these (tenant_id, id) keys, one scoped look-up per tenant: a batch
+    of a reindex of every tenant spans several."""
+    by_tenant: dict[str, list[uuid.UUID]] = defaultdict(list)
+    for tenant_id, mid in keys:
+        by_tenant[tenant_id].append(mid)
+    found: list[Memory] = []
+    for tenant_id, ids in by_tenant.items():
+        found += await memory_store.get_many(tx, tenant_id, ids)
+    return found
 
 
 def _own_chunk(row: Memory) -> Chunk:

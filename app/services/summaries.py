@@ -149,7 +149,7 @@ class SummaryService:
             return Outcome(None, False)
         sid = periods.summary_id(tenant_id, user_id, level, inputs.period_start)
         async with self.db.read() as tx:
-            existing = await summary_store.get(tx, sid)
+            existing = await summary_store.get(tx, tenant_id, user_id, sid)
         if existing is not None and existing.source_hash == inputs.source_hash:
             return Outcome(existing, False)
 
@@ -328,7 +328,7 @@ class SummaryService:
         if inputs is not None:
             sid = periods.summary_id(tenant_id, user_id, level, inputs.period_start)
             async with self.db.read() as tx:
-                existing = await summary_store.get(tx, sid)
+                existing = await summary_store.get(tx, tenant_id, user_id, sid)
             if existing is not None and existing.source_hash == inputs.source_hash:
                 return summary_item(existing)
         job_id, key, _ = await self.enqueue(tenant_id, user_id, level, day)
@@ -498,7 +498,10 @@ class SummaryService:
             )
             async with self.db.read() as tx:
                 weekly = await summary_store.get(
-                    tx, periods.summary_id(tenant_id, user_id, "weekly", p.start)
+                    tx,
+                    tenant_id,
+                    user_id,
+                    periods.summary_id(tenant_id, user_id, "weekly", p.start),
                 )
             if weekly is None or weekly.source_hash != expected:
                 stale.append((tenant_id, user_id, monday))

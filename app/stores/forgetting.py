@@ -76,22 +76,22 @@ async def lock_unpinned(tx: AsyncSession, tenant_id: str, ids: Sequence[uuid.UUI
     return list((await tx.execute(stmt)).scalars().all())
 
 
-async def forget(tx: AsyncSession, ids: Sequence[uuid.UUID], now: datetime) -> None:
+async def forget(tx: AsyncSession, tenant_id: str, ids: Sequence[uuid.UUID], now: datetime) -> None:
     """Tombstone: `deleted_at` hides it from every read, `forgotten_at` makes it
-    restorable."""
+    restorable. By tenant, not user: the sweep of a tenant covers all its users."""
     for start in range(0, len(ids), _CHUNK):
         await tx.execute(
             sa.update(Memory)
-            .where(Memory.id.in_(ids[start : start + _CHUNK]))
+            .where(Memory.tenant_id == tenant_id, Memory.id.in_(ids[start : start + _CHUNK]))
             .values(forgotten_at=now, deleted_at=now, updated_at=now)
         )
 
 
-async def pin(tx: AsyncSession, ids: Sequence[uuid.UUID], now: datetime) -> None:
+async def pin(tx: AsyncSession, tenant_id: str, ids: Sequence[uuid.UUID], now: datetime) -> None:
     for start in range(0, len(ids), _CHUNK):
         await tx.execute(
             sa.update(Memory)
-            .where(Memory.id.in_(ids[start : start + _CHUNK]))
+            .where(Memory.tenant_id == tenant_id, Memory.id.in_(ids[start : start + _CHUNK]))
             .values(pinned=True, updated_at=now)
         )
 
@@ -109,11 +109,14 @@ async def lock_any(
     return (await tx.execute(stmt)).scalar_one_or_none()
 
 
-async def restore(tx: AsyncSession, memory_id: uuid.UUID, now: datetime) -> Memory:
-    """Live again, and used now: a restored memory is not forgotten by the next sweep."""
+async def restore(
+    tx: AsyncSession, tenant_id: str, user_id: str, memory_id: uuid.UUID, now: datetime
+) -> Memory:
+    """Live again, and used now: a restored memory is not forgotten by the next sweep.
+    NoResultFound if the user has no such memory."""
     stmt = (
         sa.update(Memory)
-        .where(Memory.id == memory_id)
+        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id == memory_id)
         .values(forgotten_at=None, deleted_at=None, last_accessed_at=now, updated_at=now)
         .returning(Memory)
         .execution_options(populate_existing=True)
@@ -142,12 +145,16 @@ async def due_for_purge(
     return list((await tx.execute(stmt)).scalars().all())
 
 
-async def purge(tx: AsyncSession, ids: Sequence[uuid.UUID], now: datetime) -> None:
+async def purge(tx: AsyncSession, tenant_id: str, ids: Sequence[uuid.UUID], now: datetime) -> None:
     """The content goes; the row stays as a tombstone, so its history stays readable and a
     restore can say it came too late."""
     for start in range(0, len(ids), _CHUNK):
         await tx.execute(
             sa.update(Memory)
-            .where(Memory.id.in_(ids[start : start + _CHUNK]), Memory.purged_at.is_(None))
+            .where(
+                Memory.tenant_id == tenant_id,
+                Memory.id.in_(ids[start : start + _CHUNK]),
+                Memory.purged_at.is_(None),
+            )
             .values(purged_at=now, content="", content_hash="", metadata_={}, updated_at=now)
         )

@@ -73,10 +73,17 @@ async def live_page(
     return list((await tx.execute(stmt)).scalars().all())
 
 
-async def get_many(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:
+async def get_many(
+    tx: AsyncSession, tenant_id: str, ids: Sequence[uuid.UUID], *, user_id: str | None = None
+) -> list[Memory]:
+    """The tenant's (or the user's) memories among `ids`, deleted ones included."""
     rows: list[Memory] = []
     for start in range(0, len(ids), _CHUNK):
-        stmt = sa.select(Memory).where(Memory.id.in_(ids[start : start + _CHUNK]))
+        stmt = sa.select(Memory).where(
+            Memory.tenant_id == tenant_id, Memory.id.in_(ids[start : start + _CHUNK])
+        )
+        if user_id is not None:
+            stmt = stmt.where(Memory.user_id == user_id)
         rows.extend((await tx.execute(stmt)).scalars().all())
     return rows
 
@@ -150,11 +157,14 @@ async def insert_many(tx: AsyncSession, rows: Sequence[MemoryValues]) -> set[uui
     return inserted
 
 
-async def update_fields(tx: AsyncSession, memory_id: uuid.UUID, changes: MemoryChanges) -> Memory:
-    """Set these fields; returns the row as it now is."""
+async def update_fields(
+    tx: AsyncSession, tenant_id: str, user_id: str, memory_id: uuid.UUID, changes: MemoryChanges
+) -> Memory:
+    """Set these fields of the user's memory; returns the row as it now is (NoResultFound
+    if the user has no such memory)."""
     stmt = (
         sa.update(Memory)
-        .where(Memory.id == memory_id)
+        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id == memory_id)
         .values(**changes)
         .returning(Memory)
         .execution_options(populate_existing=True)
@@ -162,11 +172,13 @@ async def update_fields(tx: AsyncSession, memory_id: uuid.UUID, changes: MemoryC
     return (await tx.execute(stmt)).scalar_one()
 
 
-async def soft_delete(tx: AsyncSession, memory_id: uuid.UUID, now: datetime) -> None:
+async def soft_delete(
+    tx: AsyncSession, tenant_id: str, user_id: str, memory_id: uuid.UUID, now: datetime
+) -> None:
     """The row stays, for its audit trail, but is no longer valid."""
     await tx.execute(
         sa.update(Memory)
-        .where(Memory.id == memory_id)
+        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id == memory_id)
         .values(deleted_at=now, valid_to=now, updated_at=now)
     )
 
@@ -271,8 +283,12 @@ async def save_use(
     count, which normalises the usage share of importance."""
     if not uses:
         return
+    # A bulk UPDATE by primary key, kept to the user's rows. Extra criteria require turning
+    # off the session's synchronising, which has nothing to do: `lock_use` loads no objects.
     await tx.execute(
-        sa.update(Memory),
+        sa.update(Memory)
+        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id)
+        .execution_options(synchronize_session=None),
         [
             {
                 "id": mid,
@@ -323,31 +339,55 @@ async def lock_of_session(
     return list((await tx.execute(stmt)).scalars().all())
 
 
-async def erase(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> None:
-    """Erasure, not a soft delete: the audit trail goes with the content it quotes."""
+async def erase(tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]) -> None:
+    """Erasure, not a soft delete: the audit trail goes with the content it quotes. The
+    tenant also leads `ix_memory_events_memory`, which a bare `memory_id` could not use."""
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
-        await tx.execute(sa.delete(MemoryEvent).where(MemoryEvent.memory_id.in_(chunk)))
-        await tx.execute(sa.delete(Memory).where(Memory.id.in_(chunk)))
+        await tx.execute(
+            sa.delete(MemoryEvent).where(
+                MemoryEvent.tenant_id == tenant_id,
+                MemoryEvent.user_id == user_id,
+                MemoryEvent.memory_id.in_(chunk),
+            )
+        )
+        await tx.execute(
+            sa.delete(Memory).where(
+                Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id.in_(chunk)
+            )
+        )
 
 
-async def unfile(tx: AsyncSession, ids: Sequence[uuid.UUID], now: datetime) -> None:
+async def unfile(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID], now: datetime
+) -> None:
     """No longer filed under a session."""
     for start in range(0, len(ids), _CHUNK):
         await tx.execute(
             sa.update(Memory)
-            .where(Memory.id.in_(ids[start : start + _CHUNK]))
+            .where(
+                Memory.tenant_id == tenant_id,
+                Memory.user_id == user_id,
+                Memory.id.in_(ids[start : start + _CHUNK]),
+            )
             .values(session_id=None, updated_at=now)
         )
 
 
-async def lock_live(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:
-    """The memories among `ids` that are not deleted, locked for this transaction."""
+async def lock_live(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> list[Memory]:
+    """The user's memories among `ids` that are not deleted, locked for this transaction."""
     if not ids:
         return []
     stmt = (
         sa.select(Memory)
-        .where(Memory.id.in_(ids), Memory.deleted_at.is_(None))
+        .where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.id.in_(ids),
+            Memory.deleted_at.is_(None),
+        )
         .order_by(Memory.id)
         .with_for_update()
         .execution_options(populate_existing=True)
@@ -357,6 +397,8 @@ async def lock_live(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> list[Memory]:
 
 async def save_merge(
     tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
     memory_id: uuid.UUID,
     *,
     sources: list[dict[str, Any]],
@@ -365,7 +407,7 @@ async def save_merge(
 ) -> None:
     await tx.execute(
         sa.update(Memory)
-        .where(Memory.id == memory_id)
+        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id, Memory.id == memory_id)
         .values(sources=sources, created_at=created_at, updated_at=now)
     )
 

@@ -120,10 +120,13 @@ def _aware(value: Any) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-async def get(tx: AsyncSession, summary_id: uuid.UUID) -> Summary | None:
-    return (
-        await tx.execute(sa.select(Summary).where(Summary.id == summary_id))
-    ).scalar_one_or_none()
+async def get(
+    tx: AsyncSession, tenant_id: str, user_id: str, summary_id: uuid.UUID
+) -> Summary | None:
+    stmt = sa.select(Summary).where(
+        Summary.tenant_id == tenant_id, Summary.user_id == user_id, Summary.id == summary_id
+    )
+    return (await tx.execute(stmt)).scalar_one_or_none()
 
 
 async def of_level(
@@ -287,6 +290,14 @@ async def lock_covering(
     return list((await tx.execute(stmt)).scalars().all())
 
 
-async def delete_ids(tx: AsyncSession, ids: Sequence[uuid.UUID]) -> None:
+async def delete_ids(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> None:
     if ids:
-        await tx.execute(sa.delete(Summary).where(Summary.id.in_(list(ids))))
+        await tx.execute(
+            sa.delete(Summary).where(
+                Summary.tenant_id == tenant_id,
+                Summary.user_id == user_id,
+                Summary.id.in_(list(ids)),
+            )
+        )
