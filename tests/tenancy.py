@@ -54,29 +54,6 @@ CROSS_TENANT: dict[str, str] = {
 }
 """Senders that cross tenants on purpose: background work, and the gate itself."""
 
-BY_ID: dict[str, str] = dict.fromkeys(
-    (
-        "app.stores.memories.get_many",
-        "app.stores.memories.erase",
-        "app.stores.memories.lock_live",
-        "app.stores.memories.save_merge",
-        "app.stores.memories.save_use",
-        "app.stores.memories.soft_delete",
-        "app.stores.memories.unfile",
-        "app.stores.memories.update_fields",
-        "app.stores.summaries.get",
-        "app.stores.summaries.delete_ids",
-        "app.stores.forgetting.forget",
-        "app.stores.forgetting.pin",
-        "app.stores.forgetting.purge",
-        "app.stores.forgetting.restore",
-    ),
-    "by primary key (a random UUID) of rows found under the tenant just before",
-)
-"""Debt, not design: statements by a row's UUID after a scoped look-up. Safe while the ids
-come from that look-up; each should take `tenant_id` too (docs/security.md, what is left).
-Add nothing here: a new query names its tenant."""
-
 
 @dataclass(frozen=True, slots=True)
 class Violation:
@@ -134,7 +111,7 @@ def check(sql: str) -> Violation | None:
     if not tables:
         return None
     who = sender()
-    if who is None or who in CROSS_TENANT or who in BY_ID:
+    if who is None or who in CROSS_TENANT:
         return None
     return Violation(who, tuple(tables), " ".join(sql.split())[:400])
 
