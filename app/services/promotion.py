@@ -313,12 +313,9 @@ class Promoter:
             return set(), {}
         hashes = sorted({content_hash(c.content) for c in chunks})
         async with self.db.read() as tx:
-            done = {
-                m.id
-                for m in await memory_store.get_many(
-                    tx, claim.tenant_id, [c.id for c in chunks], user_id=claim.user_id
-                )
-            }
+            ids = [c.id for c in chunks]
+            replayed = await memory_store.get_many(tx, claim.tenant_id, ids, user_id=claim.user_id)
+            done = {m.id for m in replayed}
             same_text = await memory_store.by_hashes(tx, claim.tenant_id, claim.user_id, hashes)
         stored = await self.vectors.dense_vectors([m.id for m in same_text.values()])
         return done, {h: ExistingMemory(m.id, stored.get(m.id)) for h, m in same_text.items()}
