@@ -346,6 +346,13 @@ class Settings(BaseSettings):
         description="share of the calibrated relevance in the semantic ranking key; the rest "
         "is the normalised rank fusion",
     )
+    answer_type_penalty: float = Field(
+        default=0.5,
+        ge=0,
+        lt=1,
+        description="for a when/where question, the share taken off the rank-fusion key of "
+        "a memory whose own text names no time/place (app.core.ranking.names)",
+    )
     change_similarity: float = Field(
         default=0.4,
         ge=-1,

@@ -20,6 +20,7 @@ from app.core import terms
 
 K = TypeVar("K", bound=Hashable)
 Language = Literal["zh", "en", "mixed"]
+AnswerType = Literal["time", "place"]
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
@@ -30,6 +31,67 @@ _CHANGE = re.compile(
     r"stopped|quit|now)\b",
     re.IGNORECASE,
 )
+
+
+# What a question asks for: a time ("When did …", 什么时候) or a place ("Where …", 哪里).
+_ASKS: dict[AnswerType, re.Pattern[str]] = {
+    "time": re.compile(
+        r"^\W*(?:and |so |but )?when\b|\bwhat (?:time|date|day|year|month)\b|"
+        r"\bwhich (?:day|date|year|month|week|weekend)\b|\bhow long\b|"
+        r"什么时候|何时|哪天|哪一天|几号|几点|几月|哪年|哪一年|多久|多长时间|什么时间|哪个月",
+        re.IGNORECASE,
+    ),
+    "place": re.compile(
+        r"\bwhere\b|\b(?:which|what) (?:city|country|town|place|state|island|area|"
+        r"neighbou?rhood|restaurant|cafe|store|shop|park|school|university|hotel|airport)\b|"
+        r"哪里|哪儿|在哪|什么地方|哪个(?:城市|国家|地方|省|州)|哪座城市",
+        re.IGNORECASE,
+    ),
+}
+# A statement that names a time: dates, days, months, seasons, "last week", 昨天, 三月 …
+# ("may", "march", "fall" and a bare "am" are left out: they are mostly other words).
+_NAMES_TIME = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekends?|weeks?|months?|years?|"
+    r"days?|mornings?|afternoons?|evenings?|nights?|noon|midnight|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"january|february|april|june|july|august|september|october|november|december|"
+    r"summer|winter|spring|autumn|recently|lately|soon|since|until|o'clock|"
+    r"birthday|anniversary|\d{1,4}(?:st|nd|rd|th|s)?|\d{1,2}\s*[ap]\.?m\.?)\b|"
+    r"昨天|今天|明天|前天|后天|今晚|昨晚|明晚|上周|下周|这周|本周|上个?月|下个?月|这个月|"
+    r"去年|今年|明年|前年|周[一二三四五六日末]|星期|礼拜|早上|上午|中午|下午|晚上|凌晨|"
+    r"最近|刚才|以前|之前|之后|以后|那天|当天|"
+    r"[0-9０-９一二三四五六七八九十两]+\s*(?:年|月|日|号|点|天|周|小时|分钟)",
+    re.IGNORECASE,
+)
+# A statement that names a place: a capitalised word inside a sentence (a proper noun:
+# Lisbon, Paris; also people's names, which is the price of needing no tagger; not days
+# and months), a place
+# noun, or a Chinese place suffix or a verb of going somewhere followed by a name.
+_NAMES_PLACE = re.compile(
+    r"(?<![.!?:]\s)(?<=\s)(?!I\b|I'|OK\b|Ok\b|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b|"
+    r"(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December)\b)[A-Z][a-z]+|"
+    r"\b(?:home|house|apartment|flat|city|town|village|country|park|beach|restaurant|cafe|"
+    r"office|school|university|college|museum|store|shop|mall|hotel|airport|station|church|"
+    r"gym|library|hospital|street|road|lake|mountain|island|downtown|abroad|overseas)s?\b|"
+    r"[\u4e00-\u9fff](?:市|省|县|区|镇|村|州|国|岛|城|路|街|山|湖|河|港|站|机场|公园|"
+    r"餐厅|饭店|酒店|学校|大学|医院|超市|商场|公司)|"
+    r"(?:搬到|搬去|住在|来自|飞往|前往|去了|到了|回到|飞到)(?![这那哪])[\u4e00-\u9fffA-Za-z]{2}",
+)
+
+
+def asks_for(query: str) -> AnswerType | None:
+    """The kind of answer a question asks for, when it asks for a time or a place."""
+    for kind, pattern in _ASKS.items():
+        if pattern.search(query):
+            return kind
+    return None
+
+
+def names(text: str, kind: AnswerType) -> bool:
+    """Does the text name something of that kind (a time, a place)? A cheap stand-in for
+    the answer-type match of question answering: the turn that says *when* or *where*."""
+    return (_NAMES_TIME if kind == "time" else _NAMES_PLACE).search(text) is not None
 
 
 def language(text: str) -> Language:
@@ -95,6 +157,7 @@ class Penalties:
     short_terms: int = 3
     asking_only: float = 0.5  # an assistant turn that only asks ("How do you like it?")
     asking_terms: int = 4
+    no_answer_type: float = 0.0  # a when/where question, and the text names no time/place
 
 
 def own_match(cov_own: float, cov_chunk: float, cos_turn: float, cos_chunk: float) -> float:
@@ -111,13 +174,17 @@ def asks_only(role: str | None, text: str, max_terms: int = 4) -> bool:
     return role == "assistant" and t.endswith(("?", "？")) and len(terms.tokenize(t)) <= max_terms
 
 
-def penalty_factor(own: float, index_terms: int, asking: bool, p: Penalties) -> float:
+def penalty_factor(
+    own: float, index_terms: int, asking: bool, p: Penalties, lacks_answer_type: bool = False
+) -> float:
     """The product of the penalties that apply, in (0, 1]."""
     factor = 1.0 - p.context_only * (1.0 - min(1.0, max(0.0, own)))
     if index_terms <= p.short_terms:
         factor *= 1.0 - p.short
     if asking:
         factor *= 1.0 - p.asking_only
+    if lacks_answer_type:
+        factor *= 1.0 - p.no_answer_type
     return factor
 
 

@@ -179,11 +179,11 @@ class Score:
         self,
         settings: Settings,
         calibration: relevance.Calibration = relevance.PLAIN_COVERAGE,
-        penalties: ranking.Penalties = ranking.Penalties(),
+        penalties: ranking.Penalties | None = None,
     ) -> None:
         self.settings = settings
         self.calibration = calibration
-        self.penalties = penalties
+        self.penalties = penalties or ranking.Penalties(no_answer_type=settings.answer_type_penalty)
         self.fusion = ranking.FusionWeights(
             k=settings.rrf_k,
             sparse=settings.sparse_weight,
@@ -207,6 +207,8 @@ class Score:
         chunk_cos, turn_cos = self._cosines(pool, hits)
         cov_own, cov_chunk = np.empty(n), np.empty(n)
         index_terms, asking = np.empty(n), np.zeros(n, dtype=bool)
+        lacks = np.zeros(n, dtype=bool)
+        kind = ranking.asks_for(spec.query) if self.penalties.no_answer_type else None
         fused = np.empty(n)
         last, intrinsic, access = np.empty(n), np.empty(n), np.empty(n)
         for i, (hit, f) in enumerate(hits):
@@ -214,6 +216,8 @@ class Score:
             own_terms, index_terms[i], asking[i] = analysis(
                 p.content, p.role, self.penalties.asking_terms
             )
+            if kind is not None:
+                lacks[i] = not names_of(p.content, p.role, kind)
             chunk_terms = set(hit.vectors.sparse_ids) if hit.vectors else own_terms
             cov_own[i] = relevance.coverage(pool.query_terms, own_terms)
             cov_chunk[i] = relevance.coverage(pool.query_terms, chunk_terms | own_terms)
@@ -231,6 +235,7 @@ class Score:
         factor = 1.0 - pen.context_only * (1.0 - np.minimum(1.0, np.maximum(0.0, own)))
         factor = np.where(index_terms <= pen.short_terms, factor * (1.0 - pen.short), factor)
         factor = np.where(asking, factor * (1.0 - pen.asking_only), factor)
+        factor = np.where(lacks, factor * (1.0 - pen.no_answer_type), factor)
         fused_norm = np.minimum(1.0, np.maximum(0.0, fused / self.fusion.best())) * factor
         share = self.settings.relevance_share
         key = (1 - share) * fused_norm + share * rel
@@ -283,10 +288,11 @@ class Score:
         chunk_cos, turn_cos = cos_chunk @ q, cos_turn @ q
         share = self.settings.relevance_share
         best = self.fusion.best()
+        kind = ranking.asks_for(spec.query) if self.penalties.no_answer_type else None
         candidates = []
         for n, (hit, fused) in enumerate(hits):
             rel, fused_norm, own = self._match(
-                hit, pool, fused / best, float(turn_cos[n]), float(chunk_cos[n])
+                hit, pool, fused / best, float(turn_cos[n]), float(chunk_cos[n]), kind
             )
             key = (1 - share) * fused_norm + share * rel
             recency, importance = self._terms(hit, now, pool.max_access)
@@ -295,7 +301,13 @@ class Score:
         return sorted(candidates, key=lambda c: c.score, reverse=True)
 
     def _match(
-        self, hit: VectorHit, pool: Pool, fused_norm: float, cos_turn: float, cos_chunk: float
+        self,
+        hit: VectorHit,
+        pool: Pool,
+        fused_norm: float,
+        cos_turn: float,
+        cos_chunk: float,
+        kind: ranking.AnswerType | None,
     ) -> tuple[float, float, float]:
         """(calibrated relevance, penalised fused score, own match) of one candidate."""
         p = hit.payload
@@ -314,6 +326,7 @@ class Score:
             len(terms.tokenize(text)),
             ranking.asks_only(p.role, text, self.penalties.asking_terms),
             self.penalties,
+            kind is not None and not ranking.names(text, kind),
         )
         return self.calibration(f), min(1.0, max(0.0, fused_norm)) * factor, own
 
@@ -355,6 +368,12 @@ def analysis(content: str, role: str | None, asking_terms: int) -> tuple[frozens
     text = MemoryPayload.text_of(content, role)
     own = frozenset(terms.term_id(t) for t in terms.tokenize(content))
     return own, len(terms.tokenize(text)), ranking.asks_only(role, text, asking_terms)
+
+
+@lru_cache(maxsize=100_000)
+def names_of(content: str, role: str | None, kind: ranking.AnswerType) -> bool:
+    """`ranking.names` of a memory's own text, once per text and kind (like `analysis`)."""
+    return ranking.names(MemoryPayload.text_of(content, role), kind)
 
 
 @lru_cache(maxsize=100_000)

@@ -4,6 +4,7 @@ app/core/relevance.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,6 +53,54 @@ def test_penalties_multiply() -> None:
     assert ranking.penalty_factor(1.0, 3, False, p) == 0.8
     assert ranking.penalty_factor(1.0, 4, True, p) == 0.5
     assert ranking.penalty_factor(0.0, 2, True, p) == 0.5 * 0.8 * 0.5
+
+
+def test_a_missing_answer_type_multiplies_in() -> None:
+    p = Penalties(context_only=0.5, short=0.2, short_terms=3, asking_only=0.5, no_answer_type=0.5)
+    assert ranking.penalty_factor(1.0, 10, False, p, lacks_answer_type=True) == 0.5
+    assert ranking.penalty_factor(0.0, 2, True, p, lacks_answer_type=True) == 0.5 * 0.8 * 0.5 * 0.5
+
+
+@pytest.mark.parametrize(
+    ("query", "kind"),
+    [
+        ("When did Caroline go to the support group?", "time"),
+        ("And when is the flight?", "time"),
+        ("What year did she graduate?", "time"),
+        ("How long has he lived there?", "time"),
+        ("她什么时候去的北京？", "time"),
+        ("航班是几号？", "time"),
+        ("Where does Ana live?", "place"),
+        ("Which city did I move to?", "place"),
+        ("Ana 住在哪里？", "place"),
+        ("我们在哪个城市见面？", "place"),
+        ("What did he say when he left?", None),  # "when" not asking for a time
+        ("What is my sister's name?", None),
+        ("我喜欢什么菜？", None),
+    ],
+)
+def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
+    assert ranking.asks_for(query) == kind
+
+
+@pytest.mark.parametrize(
+    ("text", "time", "place"),
+    [
+        ("I moved to Lisbon last May.", True, True),
+        ("I went there yesterday!", True, False),
+        ("See you on Friday at 3pm", True, False),
+        ("我上周去了北京", True, True),
+        ("我搬到里斯本了", False, True),
+        ("航班改成10月2号了", True, False),
+        ("我很喜欢这里的海鲜。", False, False),  # "here" is not a named place
+        ("How do you like it?", False, False),
+        ("I am so happy for you", False, False),  # a bare "am" is not a time
+        ("Thanks, that sounds great.", False, False),
+    ],
+)
+def test_what_a_statement_names(text: str, time: bool, place: bool) -> None:
+    assert ranking.names(text, "time") == time
+    assert ranking.names(text, "place") == place
 
 
 def test_asking_only_is_a_short_assistant_question() -> None:
