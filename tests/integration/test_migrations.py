@@ -53,3 +53,23 @@ async def test_upgrade_downgrade_upgrade(
     await asyncio.to_thread(command.upgrade, cfg, "head")
     names, _ = await _tables(dsn)
     assert "memories" in names
+
+
+async def test_postgresql_knows_a_user_belongs_to_one_tenant(
+    pg_databases: Callable[[], Awaitable[str]],
+) -> None:
+    """Statements by id name tenant and user; functional-dependency statistics keep the
+    planner from taking the pair as independent (migration 2026_12_04_owner_statistics)."""
+    from sqlalchemy import text
+
+    dsn = await pg_databases()
+    await asyncio.to_thread(command.upgrade, alembic_config(dsn), "head")
+    engine = create_async_engine(dsn)
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT stxname, stxkind FROM pg_statistic_ext ORDER BY stxname")
+        )
+        found = {str(row[0]): row[1] for row in rows}
+    await engine.dispose()
+    assert set(found) >= {"st_memories_owner", "st_summaries_owner"}
+    assert all("f" in str(found[name]) for name in ("st_memories_owner", "st_summaries_owner"))
