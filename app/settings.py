@@ -353,6 +353,14 @@ class Settings(BaseSettings):
         description="for a when/where question, the share taken off the rank-fusion key of "
         "a memory whose own text names no time/place (app.core.ranking.names)",
     )
+    named_period_penalty: float = Field(
+        default=0.5,
+        ge=0,
+        lt=1,
+        description="for a query that names a date, month or year (and no `time_range`), the "
+        "share taken off the rank-fusion key of a memory from outside that period "
+        "(app.core.ranking.named_period)",
+    )
     change_similarity: float = Field(
         default=0.4,
         ge=-1,

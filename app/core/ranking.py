@@ -8,9 +8,11 @@ Every rule and number here was measured on LoCoMo and the bilingual development 
 
 from __future__ import annotations
 
+import calendar
 import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Literal, TypeVar
 
 import numpy as np
@@ -94,6 +96,65 @@ def names(text: str, kind: AnswerType) -> bool:
     return (_NAMES_TIME if kind == "time" else _NAMES_PLACE).search(text) is not None
 
 
+_MONTHS = {
+    name: n
+    for n, name in enumerate(
+        ("january", "february", "march", "april", "may", "june", "july", "august",
+         "september", "october", "november", "december"),
+        1,
+    )
+}  # fmt: skip
+_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|december)"
+_YEAR = r"((?:19|20)\d\d)"
+_DATES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(_MONTH + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+" + _YEAR, re.IGNORECASE), "mdy"),
+    (
+        re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+" + _MONTH + r",?\s+" + _YEAR, re.IGNORECASE),
+        "dmy",
+    ),
+    (re.compile(_YEAR + r"\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]"), "zh-ymd"),
+    (re.compile(r"\b" + _MONTH + r",?\s+(?:of\s+)?" + _YEAR, re.IGNORECASE), "my"),
+    (re.compile(_YEAR + r"\s*年\s*(\d{1,2})\s*月"), "zh-ym"),
+    (re.compile(r"(?:\b(?:in|during|of|since|throughout)\s+)" + _YEAR + r"\b", re.IGNORECASE), "y"),
+    (re.compile(_YEAR + r"\s*年"), "y"),
+)
+# How long after a named day or month a memory may still be about it: an event is often
+# told some days later ("last weekend", 上周).
+PERIOD_TELLING = timedelta(days=7)
+
+
+def named_period(query: str) -> tuple[datetime, datetime] | None:
+    """The absolute period a question names ("on October 13, 2023", "in July 2023", "in
+    2022", 2023年3月5日), as [start, end) in UTC with `PERIOD_TELLING` after it; None when
+    it names none (relative dates such as "last week" need the caller's `time_range`)."""
+    for pattern, form in _DATES:
+        m = pattern.search(query)
+        if m is None:
+            continue
+        try:
+            if form in ("mdy", "dmy", "zh-ymd"):
+                if form == "mdy":
+                    year, month, day = int(m[3]), _MONTHS[m[1].lower()], int(m[2])
+                elif form == "dmy":
+                    year, month, day = int(m[3]), _MONTHS[m[2].lower()], int(m[1])
+                else:
+                    year, month, day = int(m[1]), int(m[2]), int(m[3])
+                start = datetime(year, month, day, tzinfo=UTC)
+                return start - timedelta(days=1), start + timedelta(days=1) + PERIOD_TELLING
+            if form in ("my", "zh-ym"):
+                year, month = (
+                    (int(m[2]), _MONTHS[m[1].lower()]) if form == "my" else (int(m[1]), int(m[2]))
+                )
+                start = datetime(year, month, 1, tzinfo=UTC)
+                days = calendar.monthrange(year, month)[1]
+                return start, start + timedelta(days=days) + PERIOD_TELLING
+            year = int(m[1])
+            return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+        except ValueError:  # "February 30, 2023": not a date
+            continue
+    return None
+
+
 def language(text: str) -> Language:
     """'zh', 'en' or 'mixed', from the share of CJK characters among letters: about four
     Latin letters make a word, so `share = cjk / (cjk + latin / 4)`; zh above 0.8, en below
@@ -158,6 +219,7 @@ class Penalties:
     asking_only: float = 0.5  # an assistant turn that only asks ("How do you like it?")
     asking_terms: int = 4
     no_answer_type: float = 0.0  # a when/where question, and the text names no time/place
+    outside_period: float = 0.0  # the question names a date, the memory is from another
 
 
 def own_match(cov_own: float, cov_chunk: float, cos_turn: float, cos_chunk: float) -> float:
@@ -175,7 +237,12 @@ def asks_only(role: str | None, text: str, max_terms: int = 4) -> bool:
 
 
 def penalty_factor(
-    own: float, index_terms: int, asking: bool, p: Penalties, lacks_answer_type: bool = False
+    own: float,
+    index_terms: int,
+    asking: bool,
+    p: Penalties,
+    lacks_answer_type: bool = False,
+    outside_period: bool = False,
 ) -> float:
     """The product of the penalties that apply, in (0, 1]."""
     factor = 1.0 - p.context_only * (1.0 - min(1.0, max(0.0, own)))
@@ -185,6 +252,8 @@ def penalty_factor(
         factor *= 1.0 - p.asking_only
     if lacks_answer_type:
         factor *= 1.0 - p.no_answer_type
+    if outside_period:
+        factor *= 1.0 - p.outside_period
     return factor
 
 

@@ -183,7 +183,10 @@ class Score:
     ) -> None:
         self.settings = settings
         self.calibration = calibration
-        self.penalties = penalties or ranking.Penalties(no_answer_type=settings.answer_type_penalty)
+        self.penalties = penalties or ranking.Penalties(
+            no_answer_type=settings.answer_type_penalty,
+            outside_period=settings.named_period_penalty,
+        )
         self.fusion = ranking.FusionWeights(
             k=settings.rrf_k,
             sparse=settings.sparse_weight,
@@ -207,8 +210,9 @@ class Score:
         chunk_cos, turn_cos = self._cosines(pool, hits)
         cov_own, cov_chunk = np.empty(n), np.empty(n)
         index_terms, asking = np.empty(n), np.zeros(n, dtype=bool)
-        lacks = np.zeros(n, dtype=bool)
+        lacks, outside = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         kind = ranking.asks_for(spec.query) if self.penalties.no_answer_type else None
+        period = self._period(spec)
         fused = np.empty(n)
         last, intrinsic, access = np.empty(n), np.empty(n), np.empty(n)
         for i, (hit, f) in enumerate(hits):
@@ -218,6 +222,8 @@ class Score:
             )
             if kind is not None:
                 lacks[i] = not names_of(p.content, p.role, kind)
+            if period is not None:
+                outside[i] = not period[0] <= p.created_at < period[1]
             chunk_terms = set(hit.vectors.sparse_ids) if hit.vectors else own_terms
             cov_own[i] = relevance.coverage(pool.query_terms, own_terms)
             cov_chunk[i] = relevance.coverage(pool.query_terms, chunk_terms | own_terms)
@@ -236,6 +242,7 @@ class Score:
         factor = np.where(index_terms <= pen.short_terms, factor * (1.0 - pen.short), factor)
         factor = np.where(asking, factor * (1.0 - pen.asking_only), factor)
         factor = np.where(lacks, factor * (1.0 - pen.no_answer_type), factor)
+        factor = np.where(outside, factor * (1.0 - pen.outside_period), factor)
         fused_norm = np.minimum(1.0, np.maximum(0.0, fused / self.fusion.best())) * factor
         share = self.settings.relevance_share
         key = (1 - share) * fused_norm + share * rel
@@ -264,6 +271,12 @@ class Score:
         ]
         return sorted(candidates, key=lambda c: c.score, reverse=True)
 
+    def _period(self, spec: SearchSpec) -> tuple[datetime, datetime] | None:
+        """The period the query names, unless the request set its own `time_range`."""
+        if not self.penalties.outside_period or spec.created_from or spec.created_to:
+            return None
+        return ranking.named_period(spec.query)
+
     @staticmethod
     def _cosines(
         pool: Pool, hits: list[tuple[VectorHit, float]]
@@ -289,10 +302,11 @@ class Score:
         share = self.settings.relevance_share
         best = self.fusion.best()
         kind = ranking.asks_for(spec.query) if self.penalties.no_answer_type else None
+        period = self._period(spec)
         candidates = []
         for n, (hit, fused) in enumerate(hits):
             rel, fused_norm, own = self._match(
-                hit, pool, fused / best, float(turn_cos[n]), float(chunk_cos[n]), kind
+                hit, pool, fused / best, float(turn_cos[n]), float(chunk_cos[n]), kind, period
             )
             key = (1 - share) * fused_norm + share * rel
             recency, importance = self._terms(hit, now, pool.max_access)
@@ -308,6 +322,7 @@ class Score:
         cos_turn: float,
         cos_chunk: float,
         kind: ranking.AnswerType | None,
+        period: tuple[datetime, datetime] | None,
     ) -> tuple[float, float, float]:
         """(calibrated relevance, penalised fused score, own match) of one candidate."""
         p = hit.payload
@@ -327,6 +342,7 @@ class Score:
             ranking.asks_only(p.role, text, self.penalties.asking_terms),
             self.penalties,
             kind is not None and not ranking.names(text, kind),
+            period is not None and not period[0] <= p.created_at < period[1],
         )
         return self.calibration(f), min(1.0, max(0.0, fused_norm)) * factor, own
 

@@ -246,3 +246,33 @@ async def test_min_relevance_drops_what_is_not_about_the_query(
     assert await recall(running, user, "What is my car insurance number?", min_relevance=0.5) == []
     kept = await recall(running, user, "my cat Miso", min_relevance=0.5)
     assert kept[0]["scores"]["semantic"] >= 0.5
+
+
+async def test_a_question_naming_a_date_prefers_memories_from_then(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Two visits told alike, months apart: the one from the named month ranks first, in
+    either order, and an explicit `time_range` is left to decide on its own."""
+    user, session = ids("user"), ids("session")
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("We went hiking in the hills with the kids.", id="march",
+                 created_at="2023-03-12T10:00:00Z"),
+            turn("We went hiking in the hills with my sister.", id="july",
+                 created_at="2023-07-09T10:00:00Z"),
+        ],
+    )  # fmt: skip
+    for month, expected in (("March 2023", "march"), ("July 2023", "july"), ("2023年3月", "march")):
+        found = await recall(running, user, f"Who went hiking in {month}?", min_relevance=0)
+        assert found[0]["sources"][0]["message_id"] == expected, (month, found)
+    ranged = await recall(
+        running,
+        user,
+        "Who went hiking in March 2023?",
+        min_relevance=0,
+        time_range={"from": "2023-07-01T00:00:00Z", "to": "2023-08-01T00:00:00Z"},
+    )
+    assert [r["sources"][0]["message_id"] for r in ranged] == ["july"]

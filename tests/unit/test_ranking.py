@@ -3,6 +3,8 @@ app/core/relevance.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -101,6 +103,34 @@ def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
 def test_what_a_statement_names(text: str, time: bool, place: bool) -> None:
     assert ranking.names(text, "time") == time
     assert ranking.names(text, "place") == place
+
+
+def day(y: int, m: int, d: int) -> datetime:
+    return datetime(y, m, d, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("query", "period"),
+    [
+        ("What did Melanie paint on October 13, 2023?", (day(2023, 10, 12), day(2023, 10, 21))),
+        ("What did Gina find on 1 February, 2023?", (day(2023, 1, 31), day(2023, 2, 9))),
+        ("What did they do in July 2023?", (day(2023, 7, 1), day(2023, 8, 8))),
+        ("How many times did she go to the beach in 2023?", (day(2023, 1, 1), day(2024, 1, 1))),
+        ("2023年3月5日我去了哪里？", (day(2023, 3, 4), day(2023, 3, 13))),
+        ("2024年2月我们订了什么？", (day(2024, 2, 1), day(2024, 3, 8))),  # a leap year
+        ("What did she do last week?", None),  # relative: the caller's time_range
+        ("Room 2023 or 1000 ways", None),  # numbers, not a year named as a period
+        ("What happened on February 30, 2023?", None),  # not a date
+    ],
+)
+def test_the_period_a_question_names(query: str, period: tuple[datetime, datetime] | None) -> None:
+    assert ranking.named_period(query) == period
+
+
+def test_a_memory_outside_the_named_period_multiplies_in() -> None:
+    p = Penalties(outside_period=0.5)
+    assert ranking.penalty_factor(1.0, 10, False, p, outside_period=True) == 0.5
+    assert ranking.penalty_factor(1.0, 10, False, p, outside_period=False) == 1.0
 
 
 def test_asking_only_is_a_short_assistant_question() -> None:

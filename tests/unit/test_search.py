@@ -307,7 +307,7 @@ async def test_min_relevance_keeps_summaries_asked_for_by_period() -> None:
 
 WORDS = ["hike", "Alps", "dumplings", "Lisbon", "guitar", "吉他", "北京", "烤鸭", "ticket",
          "visa", "sister", "Maria", "ok", "yes", "when", "where", "yesterday", "上周", "哪里",
-         "什么时候"]  # fmt: skip
+         "什么时候", "in 2026", "2025年3月"]  # fmt: skip
 
 
 @given(
