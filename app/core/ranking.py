@@ -46,7 +46,7 @@ _ASKS: dict[AnswerType, re.Pattern[str]] = {
     "place": re.compile(
         r"\bwhere\b|\b(?:which|what) (?:city|country|town|place|state|island|area|"
         r"neighbou?rhood|restaurant|cafe|store|shop|park|school|university|hotel|airport)\b|"
-        r"哪里|哪儿|在哪|什么地方|哪个(?:城市|国家|地方|省|州)|哪座城市",
+        r"哪里|哪儿|在哪|去哪|住哪|什么地方|哪个(?:城市|国家|地方|省|州)|哪座城市",
         re.IGNORECASE,
     ),
 }
@@ -61,8 +61,10 @@ _NAMES_TIME = re.compile(
     r"birthday|anniversary|\d{1,4}(?:st|nd|rd|th|s)?|\d{1,2}\s*[ap]\.?m\.?)\b|"
     r"昨天|今天|明天|前天|后天|今晚|昨晚|明晚|上周|下周|这周|本周|上个?月|下个?月|这个月|"
     r"去年|今年|明年|前年|周[一二三四五六日末]|星期|礼拜|早上|上午|中午|下午|晚上|凌晨|"
-    r"最近|刚才|以前|之前|之后|以后|那天|当天|"
-    r"[0-9０-９一二三四五六七八九十两]+\s*(?:年|月|日|号|点|天|周|小时|分钟)",
+    r"最近|刚才|以前|之前|之后|以后|那天|当天|的时候|[春中]节|"
+    # A bounded run: unbounded, a 32,000-digit text took 13 s to search (quadratic).
+    r"(?<![0-9０-９一二三四五六七八九十两几半])[0-9０-９一二三四五六七八九十两几半]{1,8}\s{0,3}个?"
+    r"(?:年|月|日|号|点|天|周|星期|小时|分钟)",
     re.IGNORECASE,
 )
 # A statement that names a place: a capitalised word inside a sentence (a proper noun:
@@ -78,8 +80,21 @@ _NAMES_PLACE = re.compile(
     r"gym|library|hospital|street|road|lake|mountain|island|downtown|abroad|overseas)s?\b|"
     r"[\u4e00-\u9fff](?:市|省|县|区|镇|村|州|国|岛|城|路|街|山|湖|河|港|站|机场|公园|"
     r"餐厅|饭店|酒店|学校|大学|医院|超市|商场|公司)|"
-    r"(?:搬到|搬去|住在|来自|飞往|前往|去了|到了|回到|飞到)(?![这那哪])[\u4e00-\u9fffA-Za-z]{2}",
+    r"(?:搬到|搬去|住在|来自|飞往|前往|去了|到了|回到|飞到|在)(?![这那哪])[\u4e00-\u9fffA-Za-z]{2}",
 )
+# A capitalised word that opens a sentence names a place when it stands as a subject or an
+# answer ("Lisbon is lovely.", "Paris!", "Lisbon, since 2019.") and is not a common opener
+# ("Thanks!", "Great, …"); an imperative ("See you on Friday") is followed by its object.
+_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)([A-Z][a-z]+)(?=\s+(?:is|was)\b|\s*[,.!?;:]|\s*$)")
+_OPENER_WORDS = (
+    "yes yeah yep no nope ok okay thanks thank sounds sure wow hey hi hello great cool nice "
+    "awesome oh well really definitely absolutely haha lol congrats congratulations good "
+    "glad sorry love tell let maybe just also totally exactly right true agreed anyway plus "
+    "still then now please hope happy aw aww omg ah hmm sweet amazing wonderful fantastic "
+    "monday tuesday wednesday thursday friday saturday sunday january february march april "
+    "may june july august september october november december"
+)
+_OPENERS = terms.ENGLISH_STOPWORDS | frozenset(_OPENER_WORDS.split())
 
 
 def asks_for(query: str) -> AnswerType | None:
@@ -93,7 +108,11 @@ def asks_for(query: str) -> AnswerType | None:
 def names(text: str, kind: AnswerType) -> bool:
     """Does the text name something of that kind (a time, a place)? A cheap stand-in for
     the answer-type match of question answering: the turn that says *when* or *where*."""
-    return (_NAMES_TIME if kind == "time" else _NAMES_PLACE).search(text) is not None
+    if kind == "time":
+        return _NAMES_TIME.search(text) is not None
+    if _NAMES_PLACE.search(text) is not None:
+        return True
+    return any(w.lower() not in _OPENERS for w in _SENTENCE_START.findall(text))
 
 
 _MONTHS = {
@@ -115,44 +134,62 @@ _DATES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(_YEAR + r"\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]"), "zh-ymd"),
     (re.compile(r"\b" + _MONTH + r",?\s+(?:of\s+)?" + _YEAR, re.IGNORECASE), "my"),
     (re.compile(_YEAR + r"\s*年\s*(\d{1,2})\s*月"), "zh-ym"),
-    (re.compile(r"(?:\b(?:in|during|of|since|throughout)\s+)" + _YEAR + r"\b", re.IGNORECASE), "y"),
+    # "in 2022", not "in 2000 words" ("since 2023" is open-ended: not a period).
+    (
+        re.compile(
+            r"\b(?:in|during|of|throughout)\s+" + _YEAR + r"\b(?!\s+(?:[a-z]+s|people)\b)",
+            re.IGNORECASE,
+        ),
+        "y",
+    ),
     (re.compile(_YEAR + r"\s*年"), "y"),
 )
-# How long after a named day or month a memory may still be about it: an event is often
-# told some days later ("last weekend", 上周).
+# How long after a named day, month or year a memory may still be about it: an event is
+# often told some days later ("last weekend", 上周). One day before it too: a user's
+# evening in UTC+8 is the day before in UTC.
 PERIOD_TELLING = timedelta(days=7)
+PERIOD_BEFORE = timedelta(days=1)
 
 
 def named_period(query: str) -> tuple[datetime, datetime] | None:
     """The absolute period a question names ("on October 13, 2023", "in July 2023", "in
-    2022", 2023年3月5日), as [start, end) in UTC with `PERIOD_TELLING` after it; None when
-    it names none (relative dates such as "last week" need the caller's `time_range`)."""
+    2022", 2023年3月5日), as [start, end) in UTC, from `PERIOD_BEFORE` before it to
+    `PERIOD_TELLING` after it; several dates ("between March 2023 and June 2023") give the
+    span from the first to the last. None when it names none: relative dates ("last
+    week") are the caller's to send as a `time_range`."""
+    taken: list[tuple[int, int]] = []
+    periods: list[tuple[datetime, datetime]] = []
     for pattern, form in _DATES:
-        m = pattern.search(query)
-        if m is None:
-            continue
-        try:
-            if form in ("mdy", "dmy", "zh-ymd"):
-                if form == "mdy":
-                    year, month, day = int(m[3]), _MONTHS[m[1].lower()], int(m[2])
-                elif form == "dmy":
-                    year, month, day = int(m[3]), _MONTHS[m[2].lower()], int(m[1])
-                else:
-                    year, month, day = int(m[1]), int(m[2]), int(m[3])
-                start = datetime(year, month, day, tzinfo=UTC)
-                return start - timedelta(days=1), start + timedelta(days=1) + PERIOD_TELLING
-            if form in ("my", "zh-ym"):
-                year, month = (
-                    (int(m[2]), _MONTHS[m[1].lower()]) if form == "my" else (int(m[1]), int(m[2]))
-                )
-                start = datetime(year, month, 1, tzinfo=UTC)
-                days = calendar.monthrange(year, month)[1]
-                return start, start + timedelta(days=days) + PERIOD_TELLING
-            year = int(m[1])
-            return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
-        except ValueError:  # "February 30, 2023": not a date
-            continue
-    return None
+        for m in pattern.finditer(query):
+            if any(m.start() < end and start < m.end() for start, end in taken):
+                continue  # "2023年3月" inside "2023年3月5日", already read
+            taken.append(m.span())
+            try:
+                periods.append(_period_of(m, form))
+            except ValueError:  # "February 30, 2023": not a date
+                continue
+    if not periods:
+        return None
+    return min(p[0] for p in periods) - PERIOD_BEFORE, max(p[1] for p in periods) + PERIOD_TELLING
+
+
+def _period_of(m: re.Match[str], form: str) -> tuple[datetime, datetime]:
+    """The [start, end) of one matched date, without slack."""
+    if form in ("mdy", "dmy", "zh-ymd"):
+        if form == "mdy":
+            year, month, day = int(m[3]), _MONTHS[m[1].lower()], int(m[2])
+        elif form == "dmy":
+            year, month, day = int(m[3]), _MONTHS[m[2].lower()], int(m[1])
+        else:
+            year, month, day = int(m[1]), int(m[2]), int(m[3])
+        start = datetime(year, month, day, tzinfo=UTC)
+        return start, start + timedelta(days=1)
+    if form in ("my", "zh-ym"):
+        year, month = (int(m[2]), _MONTHS[m[1].lower()]) if form == "my" else (int(m[1]), int(m[2]))
+        start = datetime(year, month, 1, tzinfo=UTC)
+        return start, start + timedelta(days=calendar.monthrange(year, month)[1])
+    year = int(m[1])
+    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
 
 
 def language(text: str) -> Language:

@@ -90,8 +90,13 @@ class SearchSpec:
         return min(self.created_to, self.as_of) if self.created_to is not None else self.as_of
 
     def asks_about_a_period(self) -> bool:
-        """A time range asks about what was said then, not what holds now."""
-        return self.created_from is not None or self.created_to is not None
+        """A time range, or a date the query names ("in 2022"), asks about what was said
+        then, not what holds now."""
+        return (
+            self.created_from is not None
+            or self.created_to is not None
+            or ranking.named_period(self.query) is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +227,7 @@ class Score:
             )
             if kind is not None:
                 lacks[i] = not names_of(p.content, p.role, kind)
-            if period is not None:
+            if period is not None and p.kind != "summary":  # a summary spans its period
                 outside[i] = not period[0] <= p.created_at < period[1]
             chunk_terms = set(hit.vectors.sparse_ids) if hit.vectors else own_terms
             cov_own[i] = relevance.coverage(pool.query_terms, own_terms)
@@ -342,7 +347,9 @@ class Score:
             ranking.asks_only(p.role, text, self.penalties.asking_terms),
             self.penalties,
             kind is not None and not ranking.names(text, kind),
-            period is not None and not period[0] <= p.created_at < period[1],
+            period is not None
+            and p.kind != "summary"
+            and not period[0] <= p.created_at < period[1],
         )
         return self.calibration(f), min(1.0, max(0.0, fused_norm)) * factor, own
 

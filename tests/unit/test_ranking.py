@@ -3,6 +3,7 @@ app/core/relevance.py)."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import numpy as np
@@ -95,6 +96,12 @@ def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
         ("我搬到里斯本了", False, True),
         ("航班改成10月2号了", True, False),
         ("我很喜欢这里的海鲜。", False, False),  # "here" is not a named place
+        ("Lisbon, since 2019.", True, True),  # a place opening the sentence
+        ("That's great! Paris is lovely.", False, True),
+        ("Sounds fun! We went there.", False, False),  # openers are not places
+        ("她在北京工作", False, True),
+        ("我三个月前去的", True, False),
+        ("春节的时候回家", True, False),
         ("How do you like it?", False, False),
         ("I am so happy for you", False, False),  # a bare "am" is not a time
         ("Thanks, that sounds great.", False, False),
@@ -114,12 +121,15 @@ def day(y: int, m: int, d: int) -> datetime:
     [
         ("What did Melanie paint on October 13, 2023?", (day(2023, 10, 12), day(2023, 10, 21))),
         ("What did Gina find on 1 February, 2023?", (day(2023, 1, 31), day(2023, 2, 9))),
-        ("What did they do in July 2023?", (day(2023, 7, 1), day(2023, 8, 8))),
-        ("How many times did she go to the beach in 2023?", (day(2023, 1, 1), day(2024, 1, 1))),
+        ("What did they do in July 2023?", (day(2023, 6, 30), day(2023, 8, 8))),
+        ("How many times did she go to the beach in 2023?", (day(2022, 12, 31), day(2024, 1, 8))),
+        ("What changed between March 2023 and June 2023?", (day(2023, 2, 28), day(2023, 7, 8))),
         ("2023年3月5日我去了哪里？", (day(2023, 3, 4), day(2023, 3, 13))),
-        ("2024年2月我们订了什么？", (day(2024, 2, 1), day(2024, 3, 8))),  # a leap year
+        ("2024年2月我们订了什么？", (day(2024, 1, 31), day(2024, 3, 8))),  # a leap year
         ("What did she do last week?", None),  # relative: the caller's time_range
         ("Room 2023 or 1000 ways", None),  # numbers, not a year named as a period
+        ("Summarise it in 2000 words", None),  # a count
+        ("What have I learned since 2023?", None),  # open-ended, not a period
         ("What happened on February 30, 2023?", None),  # not a date
     ],
 )
@@ -131,6 +141,18 @@ def test_a_memory_outside_the_named_period_multiplies_in() -> None:
     p = Penalties(outside_period=0.5)
     assert ranking.penalty_factor(1.0, 10, False, p, outside_period=True) == 0.5
     assert ranking.penalty_factor(1.0, 10, False, p, outside_period=False) == 1.0
+
+
+def test_a_long_run_of_numerals_is_searched_in_linear_time() -> None:
+    """A hostile or pasted memory of 32,000 digits once took 13 s to search (an unbounded
+    numeral run before 年/月/日): scoring runs on the event loop, so it stalled every
+    request. The bound is generous; the fixed pattern takes ~20 ms."""
+    for text in ("7" * 32_000, "一" * 32_000, "２" * 32_000, "2023年" * 5_000):
+        start = time.perf_counter()
+        ranking.names(text, "time")
+        ranking.names(text, "place")
+        ranking.named_period(text)
+        assert time.perf_counter() - start < 2.0, text[:10]
 
 
 def test_asking_only_is_a_short_assistant_question() -> None:

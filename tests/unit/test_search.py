@@ -270,6 +270,8 @@ async def test_a_newer_change_goes_above_the_older_statement() -> None:
     assert [c.hit.id.int for c in out] == [2, 1, 3]
     window = spec(created_from=NOW - timedelta(days=60))
     assert [c.hit.id.int for c in await stage(window, pool)] == [1, 3, 2]  # a period: as ranked
+    named = spec(query="When was the move in October 2026?")  # a period named in the query
+    assert [c.hit.id.int for c in await stage(named, pool)] == [1, 3, 2]
 
 
 async def test_stages_run_in_order_over_the_pool_then_top_k() -> None:
