@@ -330,10 +330,10 @@ class Settings(BaseSettings):
         default=24.0, gt=0, description="how often the forgetting sweep runs"
     )
     dense_weight: float = Field(
-        default=0.3, gt=0, description="RRF weight of the dense list, same-language candidates"
+        default=0.5, gt=0, description="RRF weight of the dense list, same-language candidates"
     )
     dense_weight_cross_language: float = Field(
-        default=2.0,
+        default=4.0,
         gt=0,
         description="RRF weight of the dense list for a candidate in another language than "
         "the query (zh vs en): only the encoder can match it",

@@ -219,8 +219,8 @@ class FusionWeights:
 
     k: int = 10
     sparse: float = 1.0
-    dense_same: float = 0.3  # candidate in the query's language, or either mixed
-    dense_cross: float = 2.0  # candidate in another language: only the encoder can match it
+    dense_same: float = 0.5  # candidate in the query's language, or either mixed
+    dense_cross: float = 4.0  # candidate in another language: only the encoder can match it
 
     def dense_for(self, query_language: Language, candidate_language: Language) -> float:
         if "mixed" in (query_language, candidate_language) or query_language == candidate_language:

@@ -33,7 +33,7 @@ def test_dense_weight_depends_on_the_candidates_language() -> None:
 
 
 def test_fuse_is_qdrants_weighted_rrf_per_candidate() -> None:
-    w = FusionWeights(k=10, sparse=1.0)
+    w = FusionWeights(k=10, sparse=1.0, dense_same=0.3)
     fused = ranking.fuse([("a", 0.3), ("b", 2.0)], ["b", "c"], w)
     assert fused["a"] == 1 / (9 + 1 / 0.3)
     assert fused["b"] == 1 / (9 + 2 / 2.0) + 1 / (9 + 1)
