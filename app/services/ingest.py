@@ -332,13 +332,16 @@ class IngestService:
             ).model_dump(mode="json")
             for r in rows
         ]
-        self.signals.work_arrived()  # an in-process worker starts now
         try:
             # With `wake`, the pipeline also tells the workers of other processes.
             await self.buffer.push(tenant_id, session_id, entries, wake=True)
         except BufferUnavailable:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
             # The workers' poll still finds the backlog; a wake-up only saves the wait.
+        finally:
+            # An in-process worker starts now: after the push, so that its pass does not
+            # share the event loop with the rest of this request (it reads the log anyway).
+            self.signals.work_arrived()
 
     async def _wait_indexed(self, tenant_id: str, session_id: str, target: int) -> int:
         """Wait until the watermark reaches `target` or the wait times out.

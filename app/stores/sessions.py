@@ -47,9 +47,14 @@ async def create_or_lock(
 ) -> tuple[Session, bool]:
     """The session row, locked for this transaction, created if missing: (row, created).
 
-    INSERT .. ON CONFLICT DO NOTHING first, then SELECT .. FOR UPDATE: two first writes to
-    a new session race on the insert, not on a lock of a row that does not exist yet.
+    An existing session (every message after a session's first) is one SELECT .. FOR
+    UPDATE. A missing one: INSERT .. ON CONFLICT DO NOTHING, then SELECT .. FOR UPDATE, so
+    two first writes to a new session race on the insert, not on a lock of a row that does
+    not exist yet.
     """
+    row = await get(tx, tenant_id, session_id, for_update=True)
+    if row is not None:
+        return row, False
     for _ in range(3):
         stmt = (
             _insert(tx, Session)

@@ -54,15 +54,19 @@ async def ensure_writable(
 
     The row is read FOR SHARE: an erasure marks the row FOR UPDATE, so a write either
     commits before the mark (and the erasure, which starts after it, removes it) or reads
-    the mark and is refused. SQLite serialises writers and needs no lock.
+    the mark and is refused. SQLite serialises writers and needs no lock. A known user (the
+    common case) costs one statement: the insert runs only when the read finds no row.
     """
-    await ensure_user(tx, tenant_id, user_id, now)
     stmt = (
         sa.select(User.erasure)
         .where(User.tenant_id == tenant_id, User.id == user_id)
         .with_for_update(read=True)
     )
-    erasure: dict[str, Any] | None = (await tx.execute(stmt)).scalar_one_or_none()
+    row = (await tx.execute(stmt)).first()
+    if row is None:
+        await ensure_user(tx, tenant_id, user_id, now)
+        row = (await tx.execute(stmt)).first()
+    erasure: dict[str, Any] | None = row.erasure if row is not None else None
     return erasure
 
 

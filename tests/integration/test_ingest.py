@@ -209,3 +209,29 @@ async def test_concurrent_first_writes_to_a_new_session(
     ]
     codes = sorted(a.status_code for a in await asyncio.gather(*puts))
     assert codes == [201, 404, 404, 404]
+
+
+async def test_a_message_to_a_known_session_writes_only_the_message(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Every message after a session's first is the common case: its session and user are
+    read (and locked), not inserted again (one statement each on the write path)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn("first")], wait=False)
+    statements: list[str] = []
+
+    def note(_c: object, _cur: object, statement: str, *_: object) -> None:
+        statements.append(" ".join(statement.split()).upper())
+
+    event.listen(Engine, "before_cursor_execute", note)
+    try:
+        await post_messages(running, session, user, [turn("second")], wait=False)
+    finally:
+        event.remove(Engine, "before_cursor_execute", note)
+    # (Background work — the worker, leader leases — runs statements of its own meanwhile.)
+    assert any(s.startswith("INSERT INTO MESSAGES") for s in statements), statements
+    again = [s for s in statements if s.startswith(("INSERT INTO SESSIONS", "INSERT INTO USERS"))]
+    assert again == []
