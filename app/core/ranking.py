@@ -50,8 +50,9 @@ _ASKS: dict[AnswerType, re.Pattern[str]] = {
         re.IGNORECASE,
     ),
 }
-# A statement that names a time: dates, days, months, seasons, "last week", 昨天, 三月 …
-# ("may", "march", "fall" and a bare "am" are left out: they are mostly other words).
+# A statement that names a time: dates, days, months, seasons, "last week", 昨天, 三月 …,
+# and any number (a day, an hour, a year: loose on purpose, it only spares a penalty).
+# "may", "march", "fall" and a bare "am" are left out: they are mostly other words.
 _NAMES_TIME = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekends?|weeks?|months?|years?|"
     r"days?|mornings?|afternoons?|evenings?|nights?|noon|midnight|"
@@ -68,9 +69,8 @@ _NAMES_TIME = re.compile(
     re.IGNORECASE,
 )
 # A statement that names a place: a capitalised word inside a sentence (a proper noun:
-# Lisbon, Paris; also people's names, which is the price of needing no tagger; not days
-# and months), a place
-# noun, or a Chinese place suffix or a verb of going somewhere followed by a name.
+# Lisbon, Paris; also people's names, the price of needing no tagger; not days and
+# months), a place noun, a Chinese place suffix, or 在/搬到/住在 … followed by a name.
 _NAMES_PLACE = re.compile(
     r"(?<![.!?:]\s)(?<=\s)(?!I\b|I'|OK\b|Ok\b|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b|"
     r"(?:January|February|March|April|May|June|July|August|September|October|November|"
