@@ -11,9 +11,13 @@ Tests isolate themselves with fresh user and session ids, so one app serves many
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import gc
 import os
+import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,49 @@ def _tenant_scoped_queries_only() -> Iterator[None]:
     yield
     new = tenancy.violations[seen:]
     assert not new, "unscoped queries:\n" + "\n".join(sorted({str(v) for v in new}))
+
+
+# A test that hangs must fail the run within minutes and say where, not use up CI's 90.
+# The whole protocol of a test (set-up, call, tear-down) gets this long.
+TEST_TIME_LIMIT = float(os.environ.get("STRATA_TEST_TIME_LIMIT", "600"))
+
+
+def _hang_report(item: pytest.Item) -> None:
+    """Prints every thread's stack and, the useful part for async code, the stack of every
+    task pending on a running event loop, then ends the run: a hung loop cannot be
+    interrupted cleanly from another thread."""
+    capture = item.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=False)  # the report goes to the real stderr
+    out = sys.__stderr__ or sys.stderr
+    print(f"\n*** {item.nodeid} exceeded {TEST_TIME_LIMIT:.0f} s: stacks follow ***", file=out)
+    faulthandler.dump_traceback(file=out, all_threads=True)
+    loops = [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
+    for loop in loops:
+        if not loop.is_running():
+            continue
+        for _ in range(3):  # the set of tasks may change while it is read
+            try:
+                tasks = list(asyncio.all_tasks(loop))
+                break
+            except RuntimeError:
+                tasks = []
+        for task in tasks:
+            print(f"--- {task!r}", file=out)
+            task.print_stack(file=out)
+    out.flush()
+    os._exit(3)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    timer = threading.Timer(TEST_TIME_LIMIT, _hang_report, args=(item,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 # No per-example deadline: the first example may load jieba's dictionary (about a second),
