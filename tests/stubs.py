@@ -21,7 +21,12 @@ async def serve(app: FastAPI) -> AsyncIterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # A request a test left hanging (a held call whose client was killed) must not hold
+    # the shutdown forever: uvicorn waits for open requests unless given a limit.
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
         for _ in range(500):
@@ -31,7 +36,11 @@ async def serve(app: FastAPI) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        await task
+        try:
+            await asyncio.wait_for(task, 30)
+        except TimeoutError:
+            server.force_exit = True
+            await task
 
 
 ChatResponder = Callable[[list[dict[str, str]]], Any]

@@ -50,7 +50,7 @@ def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            proc.wait(timeout=30)
 
 
 def _wait_for(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:

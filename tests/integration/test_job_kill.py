@@ -73,7 +73,7 @@ def start_worker(
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=30)
 
 
 def logs(tmp_path: Path) -> str:

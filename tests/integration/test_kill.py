@@ -64,7 +64,7 @@ async def stub() -> AsyncIterator[Stub]:
         state.calls += 1
         if state.hold:
             state.held.set()
-            await state.release.wait()
+            await asyncio.wait_for(state.release.wait(), 300)
         return {"data": [{"index": i, "embedding": _vector(t)} for i, t in enumerate(texts)]}
 
     async with serve(app) as url:
@@ -109,7 +109,7 @@ def spawn(
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=30)
 
 
 def logs(tmp_path: Path) -> str:
