@@ -2,11 +2,14 @@
 
 Each follow-up in `bench/data/followups.json` is asked as the next user turn of its session
 ("那摔伤算吗？", "what about the second one?"), after the user's conversations are ingested
-(`wait=true`). Every follow-up is recalled (`top_k=10`, `reinforce=false`, with its
-`session_id`) under four conditions, in one run:
+(`wait=true`). Every follow-up is recalled over all of the user's memories (`top_k=10`,
+`reinforce=false`, no `session_id`: in recall it narrows to that session, and a follow-up's
+answer is mostly in an earlier one) under four conditions, in one run:
 
 - `off`: the question as asked, `rewrite: off`;
-- `auto`: the question as asked, `rewrite: auto` (the heuristic when no LLM is configured);
+- `auto`: the question rewritten by `POST /v1/rewrite` with its `session_id` (the heuristic
+  when no LLM is configured), then recalled with `rewrite: off`: what a caller does for a
+  follow-up whose answer may lie outside the session (context does the same internally);
 - `history`: the session's last two turns prepended to the question, `rewrite: off`;
 - `perfect`: the hand-written standalone question, `rewrite: off`.
 
@@ -35,16 +38,14 @@ HISTORY_TURNS = 2
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "followups.json"
 
 
-def _query(condition: str, followup: JSON, turns: list[JSON]) -> tuple[str, str]:
-    """(query, rewrite mode) of one follow-up under one condition."""
-    if condition == "auto":
-        return followup["question"], "auto"
+def _query(condition: str, followup: JSON, turns: list[JSON]) -> str:
+    """The query one follow-up is asked as under one condition (`auto`: before its rewrite)."""
     if condition == "history":
         last = " ".join(m["content"] for m in turns[-HISTORY_TURNS:])
-        return f"{last} {followup['question']}", "off"
+        return f"{last} {followup['question']}"
     if condition == "perfect":
-        return followup["rewrite"], "off"
-    return followup["question"], "off"
+        return str(followup["rewrite"])
+    return str(followup["question"])
 
 
 def _recall_at(results: list[JSON], evidence: list[str], k: int) -> float:
@@ -84,23 +85,37 @@ async def run(args: argparse.Namespace, data: JSON) -> JSON:
                 row: JSON = {"id": followup["id"], "language": user["language"]}
                 row["question"] = followup["question"]
                 for condition in CONDITIONS:
-                    query, mode = _query(condition, followup, turns[followup["session_id"]])
+                    query = _query(condition, followup, turns[followup["session_id"]])
+                    if condition == "auto":
+                        rewritten, _ = await api.request(
+                            "POST",
+                            "/v1/rewrite",
+                            "rewrite",
+                            {
+                                "user_id": f"{prefix}{user['user_id']}",
+                                "session_id": f"{prefix}{followup['session_id']}",
+                                "query": query,
+                            },
+                        )
+                        if rewritten is None:
+                            raise SystemExit(f"rewrite failed for {followup['id']}")
+                        query = rewritten["rewritten"]
+                        row["rewritten"] = query if rewritten["changed"] else None
                     body = {
                         "user_id": f"{prefix}{user['user_id']}",
                         "query": query,
-                        "session_id": f"{prefix}{followup['session_id']}",
                         "top_k": 10,
                         "reinforce": False,
-                        "rewrite": mode,
+                        "rewrite": "off",
                     }
+                    if args.min_relevance is not None:
+                        body["min_relevance"] = args.min_relevance
                     answer, _ = await api.recall(body)
                     if answer is None:
                         raise SystemExit(f"recall failed for {followup['id']} ({condition})")
                     row[condition] = {
                         f"r@{k}": _recall_at(answer["results"], followup["evidence"], k) for k in KS
                     }
-                    if condition == "auto":
-                        row["rewritten"] = answer.get("rewritten_query")
                 rows.append(row)
         took = time.monotonic() - start
     return {"rows": rows, "seconds": took, "errors": api.errors.as_json()}
@@ -143,6 +158,12 @@ def main() -> None:
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--min-relevance",
+        type=float,
+        default=None,
+        help="sent with every recall (default: not sent, the service's default applies)",
+    )
     args = parser.parse_args()
     facts = machine_facts()
     print_machine(facts)
