@@ -78,6 +78,11 @@ def _hang_report(item: pytest.Item) -> None:
         for task in tasks:
             print(f"--- {task!r}", file=out)
             task.print_stack(file=out)
+    # What the test's own processes logged (the kill tests write them beside their data).
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if isinstance(tmp, Path):
+        for log_file in sorted(tmp.glob("*.log")):
+            print(f"--- {log_file.name}\n{log_file.read_text(errors='replace')[-4000:]}", file=out)
     out.flush()
     os._exit(3)
 

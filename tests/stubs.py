@@ -36,11 +36,10 @@ async def serve(app: FastAPI) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        try:
-            await asyncio.wait_for(task, 30)
-        except TimeoutError:
+        done, _ = await asyncio.wait({task}, timeout=30)
+        if not done:
             server.force_exit = True
-            await task
+        await task
 
 
 ChatResponder = Callable[[list[dict[str, str]]], Any]
