@@ -49,7 +49,12 @@ class ScoreWeights(StrictModel):
 class RecallRequest(StrictModel):
     user_id: Identifier
     query: Query
-    session_id: Identifier | None = None
+    session_id: Identifier | None = Field(
+        default=None,
+        description="narrows recall to memories sourced from this session, and gives "
+        "`rewrite: auto` that session's last turns; for a follow-up whose answer may lie in "
+        "another session, rewrite it first (`POST /v1/rewrite`) and recall without it",
+    )
     top_k: JsonInt = Field(default=10, ge=1, le=200)
     memory_types: list[MemoryType] | None = Field(default=None, min_length=1)
     kinds: list[Literal["memory", "summary"]] | None = Field(default=None, min_length=1)
