@@ -17,6 +17,7 @@ Reported: evidence recall R@1/R@5/R@10 (the share of a question's evidence messa
 the results' `sources`), per condition and language.
 
 Usage: python bench/followups.py [--url http://127.0.0.1:8000] [--data PATH] [--out PATH]
+       [--min-relevance X]
 """
 
 from __future__ import annotations

@@ -51,40 +51,50 @@ def _tenant_scoped_queries_only() -> Iterator[None]:
 
 
 # A test that hangs must fail the run within minutes and say where, not use up CI's 90.
-# The whole protocol of a test (set-up, call, tear-down) gets this long.
+# The whole protocol of a test (set-up, call, tear-down) gets this long. The timer needs the
+# GIL; for a hang inside an extension that holds it, pytest's `faulthandler_timeout`
+# (pyproject.toml, a minute later) dumps the threads from C.
 TEST_TIME_LIMIT = float(os.environ.get("STRATA_TEST_TIME_LIMIT", "600"))
 
 
 def _hang_report(item: pytest.Item) -> None:
     """Prints every thread's stack and, the useful part for async code, the stack of every
     task pending on a running event loop, then ends the run: a hung loop cannot be
-    interrupted cleanly from another thread."""
-    capture = item.config.pluginmanager.getplugin("capturemanager")
-    if capture is not None:
-        capture.suspend_global_capture(in_=False)  # the report goes to the real stderr
-    out = sys.__stderr__ or sys.stderr
-    print(f"\n*** {item.nodeid} exceeded {TEST_TIME_LIMIT:.0f} s: stacks follow ***", file=out)
-    faulthandler.dump_traceback(file=out, all_threads=True)
-    loops = [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
-    for loop in loops:
-        if not loop.is_running():
-            continue
-        for _ in range(3):  # the set of tasks may change while it is read
-            try:
-                tasks = list(asyncio.all_tasks(loop))
-                break
-            except RuntimeError:
-                tasks = []
-        for task in tasks:
-            print(f"--- {task!r}", file=out)
-            task.print_stack(file=out)
-    # What the test's own processes logged (the kill tests write them beside their data).
-    tmp = getattr(item, "funcargs", {}).get("tmp_path")
-    if isinstance(tmp, Path):
-        for log_file in sorted(tmp.glob("*.log")):
-            print(f"--- {log_file.name}\n{log_file.read_text(errors='replace')[-4000:]}", file=out)
-    out.flush()
-    os._exit(3)
+    interrupted cleanly from another thread. Whatever fails in the report, the run ends."""
+    try:
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.suspend(in_=False)  # the report goes to the real stderr
+        out = sys.__stderr__ or sys.stderr
+        print(
+            f"\n*** {item.nodeid} exceeded {TEST_TIME_LIMIT:.0f} s (its set-up and tear-down "
+            "included, session fixtures' too): stacks follow ***",
+            file=out,
+        )
+        faulthandler.dump_traceback(file=out, all_threads=True)
+        loops = [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
+        for loop in loops:
+            if not loop.is_running():
+                continue
+            tasks: list[asyncio.Task[Any]] = []
+            for _ in range(3):  # the set of tasks may change while it is read
+                try:
+                    tasks = list(asyncio.all_tasks(loop))
+                    break
+                except RuntimeError:
+                    continue
+            for task in tasks:
+                print(f"--- {task!r}", file=out)
+                task.print_stack(file=out)
+        # What the test's own processes logged (the kill tests write them beside their data).
+        tmp = getattr(item, "funcargs", {}).get("tmp_path")
+        if isinstance(tmp, Path):
+            for log_file in sorted(tmp.glob("*.log")):
+                text = log_file.read_text(errors="replace")[-4000:]
+                print(f"--- {log_file.name}\n{text}", file=out)
+        out.flush()
+    finally:
+        os._exit(3)
 
 
 @pytest.hookimpl(hookwrapper=True)

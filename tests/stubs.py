@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -15,31 +15,41 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: a stub runs in pytest's own thread, where
+    uvicorn's would take SIGINT/SIGTERM from pytest (a CI runner's stop would only end the
+    stub, and the run would go on with no traceback)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 @contextlib.asynccontextmanager
 async def serve(app: FastAPI) -> AsyncIterator[str]:
     """Serve `app` on a free loopback port; yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # held from here on: no other process can take the port
+    port = sock.getsockname()[1]
     # A request a test left hanging (a held call whose client was killed) must not hold
     # the shutdown forever: uvicorn waits for open requests unless given a limit.
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=5
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         for _ in range(500):
-            if server.started:
+            if server.started or task.done():
                 break
             await asyncio.sleep(0.01)
+        assert server.started, "the stub server did not start"
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         done, _ = await asyncio.wait({task}, timeout=30)
         if not done:
             server.force_exit = True
-        await task
+            await asyncio.wait({task}, timeout=10)
+        sock.close()
 
 
 ChatResponder = Callable[[list[dict[str, str]]], Any]

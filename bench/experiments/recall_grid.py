@@ -48,11 +48,11 @@ Vec = NDArray[np.float64]
 SETTINGS = Settings()
 CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 LATIN = re.compile(r"[A-Za-z]")
-# A statement that replaces an earlier one (d).
+# A statement that replaces an earlier one (d); as `app.core.ranking` (no bare "now").
 CHANGE = re.compile(
     r"改成|改到|改为|换成|换了|取消|不再|推迟|提前|搬到|退了|"
     r"\b(instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
-    r"stopped|quit|now)\b",
+    r"stopped|quit)\b",
     re.IGNORECASE,
 )
 

@@ -202,7 +202,7 @@ async def test_the_api_killed_mid_ingest_loses_and_duplicates_nothing(
 
         await until("a third of the batches", a_third, tmp_path)
         api.send_signal(signal.SIGKILL)  # with requests in flight
-        assert api.wait(timeout=10) == -signal.SIGKILL
+        assert await asyncio.to_thread(api.wait, 10) == -signal.SIGKILL
         await asyncio.gather(*senders)
         assert len(acknowledged) < BATCHES
 
@@ -231,7 +231,7 @@ async def test_the_api_killed_mid_ingest_loses_and_duplicates_nothing(
     assert len(set(sources)) == total
     restarted.terminate()  # the index is closed before the test opens it
     # A clean stop (uvicorn re-raises the SIGTERM it handled).
-    assert restarted.wait(timeout=30) in (0, -signal.SIGTERM)
+    assert await asyncio.to_thread(restarted.wait, 30) in (0, -signal.SIGTERM)
     async with open_resources(_settings_of(env)) as resources:
         points = await resources.vectors.count()
     assert points == total
@@ -294,7 +294,7 @@ async def test_a_worker_killed_mid_batch_is_taken_over_and_indexes_once(
 
     await until("the first batch's embedding", held, tmp_path)
     victim.send_signal(signal.SIGKILL)  # mid-batch: its slice embedded, nothing written
-    assert victim.wait(timeout=10) == -signal.SIGKILL
+    assert await asyncio.to_thread(victim.wait, 10) == -signal.SIGKILL
     stub.hold = False
     stub.release.set()
 
@@ -304,7 +304,7 @@ async def test_a_worker_killed_mid_batch_is_taken_over_and_indexes_once(
     )
     assert waited.json()["indexed_seq"] == total, logs(tmp_path)
     survivor.terminate()
-    assert survivor.wait(timeout=30) == 0
+    assert await asyncio.to_thread(survivor.wait, 30) == 0
 
     async with app.resources.db.read() as tx:
         memories = await tx.scalar(
