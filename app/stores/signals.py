@@ -104,10 +104,12 @@ class Signals:
             self._task = asyncio.create_task(self._listen(self.redis), name="strata-signals")
 
     async def close(self) -> None:
+        """Stops the subscription. A cancellation of the caller still propagates (awaiting
+        the cancelled task directly would swallow it with the task's own), and a listener
+        stuck in a frozen connection is left behind after 5 s rather than awaited forever."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await asyncio.wait({self._task}, timeout=5)
             self._task = None
 
     async def _listen(self, redis: Redis) -> None:

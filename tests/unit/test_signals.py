@@ -28,3 +28,28 @@ async def test_an_advance_from_another_process_carries_its_seq() -> None:
         hub._dispatch(INDEXED_CHANNEL.encode(), b"t\x1fs\x1f42")
         hub._dispatch(INDEXED_CHANNEL, "t\x1fs\x1fnot-a-number")  # ignored
         assert watch.seq == 42
+
+
+async def test_closing_passes_on_a_cancellation_while_the_listener_winds_down() -> None:
+    hub = signals()
+
+    async def slow_to_stop() -> None:  # a listener whose clean-up waits on a slow connection
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(2)
+            raise
+
+    hub._task = asyncio.create_task(slow_to_stop())
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(hub.close())
+    await asyncio.sleep(0.05)  # close() now waits for the listener
+    closing.cancel()
+    try:
+        await closing
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("close() swallowed its caller's cancellation")
+    finally:
+        await asyncio.wait({hub._task or closing}, timeout=5)  # leave no task behind
