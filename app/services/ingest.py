@@ -94,6 +94,14 @@ async def writable(tx: Any, tenant_id: str, user_id: str, now: datetime) -> None
         raise UserErasureInProgress(user_id, erasure.get("job_id"))
 
 
+class _NothingNew(Exception):
+    """Every message of the request was stored before: roll back the session's advance."""
+
+    def __init__(self, last_seq: int) -> None:
+        super().__init__(last_seq)
+        self.last_seq = last_seq
+
+
 class IngestService:
     """Sessions and their message log. Owns the write path's ordering: log, buffer, wake-up."""
 
@@ -265,7 +273,36 @@ class IngestService:
         if total > self.settings.ingest_max_chars:
             raise TooManyCharacters(total, self.settings.ingest_max_chars)
         now = datetime.now(UTC)
-        async with self.db.transaction() as tx:
+        try:
+            async with self.db.transaction() as tx:
+                rows = await self._append(tx, tenant_id, session_id, body, now)
+        except _NothingNew as nothing:  # a retry of stored messages: nothing was written
+            rows, last_seq = [], nothing.last_seq
+        else:
+            last_seq = rows[-1]["seq"]
+            await self._after_commit(tenant_id, session_id, rows)
+        response = IngestResponse(
+            accepted=len(rows), duplicates=len(body.messages) - len(rows), last_seq=last_seq
+        )
+        if body.wait:
+            response.indexed_seq = await self._wait_indexed(tenant_id, session_id, last_seq)
+        return response
+
+    async def _append(
+        self, tx: Any, tenant_id: str, session_id: str, body: IngestRequest, now: datetime
+    ) -> list[dict[str, Any]]:
+        """Write the new messages and advance the session; the rows written, never none
+        (`_NothingNew` rolls the transaction back instead).
+
+        A known session takes one statement (`reserve_seqs`: lock, ownership, advance by
+        the whole batch); a new one, or another user's, takes `create_or_lock`. When some
+        messages turn out to be stored already, the advance is corrected to what was
+        written, so `last_seq` never skips a number.
+        """
+        n = len(body.messages)
+        base = await session_store.reserve_seqs(tx, tenant_id, session_id, body.user_id, n, now)
+        reserved = base is not None
+        if base is None:
             session, _ = await session_store.create_or_lock(
                 tx,
                 tenant_id=tenant_id,
@@ -277,46 +314,40 @@ class IngestService:
             )
             if session.user_id != body.user_id:
                 raise SessionNotFound(session_id)
-            # After the session's lock, as the erasure takes them: no deadlock between them.
-            await writable(tx, tenant_id, body.user_id, now)
+            base = session.last_seq
+        # After the session's lock, as the erasure takes them: no deadlock between them.
+        await writable(tx, tenant_id, body.user_id, now)
 
-            client_ids = [m.id for m in body.messages if m.id is not None]
-            seen = await message_store.existing_client_ids(tx, tenant_id, session_id, client_ids)
-            rows: list[dict[str, Any]] = []
-            seq = session.last_seq
-            for m in body.messages:
-                if m.id is not None:
-                    if m.id in seen:
-                        continue
-                    seen.add(m.id)
-                seq += 1
-                rows.append(
-                    {
-                        "tenant_id": tenant_id,
-                        "session_id": session_id,
-                        "seq": seq,
-                        "client_id": m.id,
-                        "user_id": body.user_id,
-                        "role": m.role,
-                        "content": m.content,
-                        "metadata_": m.metadata,
-                        "created_at": m.created_at or now,
-                        "received_at": now,
-                    }
-                )
-            if rows:
-                await message_store.insert_many(tx, rows)
-                await session_store.advance_last_seq(tx, tenant_id, session_id, seq, now)
-            last_seq = seq
-
-        if rows:
-            await self._after_commit(tenant_id, session_id, rows)
-        response = IngestResponse(
-            accepted=len(rows), duplicates=len(body.messages) - len(rows), last_seq=last_seq
-        )
-        if body.wait:
-            response.indexed_seq = await self._wait_indexed(tenant_id, session_id, last_seq)
-        return response
+        client_ids = [m.id for m in body.messages if m.id is not None]
+        seen = await message_store.existing_client_ids(tx, tenant_id, session_id, client_ids)
+        rows: list[dict[str, Any]] = []
+        seq = base
+        for m in body.messages:
+            if m.id is not None:
+                if m.id in seen:
+                    continue
+                seen.add(m.id)
+            seq += 1
+            rows.append(
+                {
+                    "tenant_id": tenant_id,
+                    "session_id": session_id,
+                    "seq": seq,
+                    "client_id": m.id,
+                    "user_id": body.user_id,
+                    "role": m.role,
+                    "content": m.content,
+                    "metadata_": m.metadata,
+                    "created_at": m.created_at or now,
+                    "received_at": now,
+                }
+            )
+        if not rows:
+            raise _NothingNew(base)
+        await message_store.insert_many(tx, rows)
+        if not reserved or len(rows) != n:
+            await session_store.advance_last_seq(tx, tenant_id, session_id, seq, now)
+        return rows
 
     async def _after_commit(
         self, tenant_id: str, session_id: str, rows: list[dict[str, Any]]

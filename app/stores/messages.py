@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,9 +35,16 @@ async def existing_client_ids(
     return found
 
 
+_MESSAGES = cast(sa.Table, Message.__table__)
+_INSERT = _MESSAGES.insert()
+
+
 async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
-    for start in range(0, len(rows), _INSERT_CHUNK):
-        await tx.execute(sa.insert(Message), rows[start : start + _INSERT_CHUNK])
+    """Rows keyed by the model's attribute names (`metadata_`). A Core insert: the ORM's
+    bulk form spends longer sorting the keys of a one-message batch than SQLite its write."""
+    params = [{("metadata" if k == "metadata_" else k): v for k, v in r.items()} for r in rows]
+    for start in range(0, len(params), _INSERT_CHUNK):
+        await tx.execute(_INSERT, params[start : start + _INSERT_CHUNK])
 
 
 async def page(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -97,6 +97,37 @@ async def update(
         .execution_options(populate_existing=True)
     )
     return (await tx.execute(stmt)).scalar_one()
+
+
+_SESSIONS = cast(sa.Table, Session.__table__)
+
+# Built once, with its values bound per call: building a statement costs more CPU than
+# SQLite takes to run it, and every message after a session's first runs this one.
+_RESERVE = (
+    sa.update(_SESSIONS)
+    .where(
+        _SESSIONS.c.tenant_id == sa.bindparam("p_tenant"),
+        _SESSIONS.c.id == sa.bindparam("p_session"),
+        _SESSIONS.c.user_id == sa.bindparam("p_user"),
+    )
+    .values(last_seq=_SESSIONS.c.last_seq + sa.bindparam("p_n"), updated_at=sa.bindparam("p_now"))
+    .returning(_SESSIONS.c.last_seq)
+)
+
+
+async def reserve_seqs(
+    tx: AsyncSession, tenant_id: str, session_id: str, user_id: str, n: int, now: datetime
+) -> int | None:
+    """Lock a known session of this user and move its `last_seq` on by `n`, in one statement:
+    the `last_seq` before the move, or None if the user has no such session (the caller
+    then takes `create_or_lock`). Every message after a session's first lands here, so this
+    is the one-message ingest's whole session work: the lock, the ownership check and the
+    advance that `get(for_update=True)` and `advance_last_seq` did in two round trips.
+    """
+    params = {"p_tenant": tenant_id, "p_session": session_id, "p_user": user_id}
+    result = await tx.execute(_RESERVE, {**params, "p_n": n, "p_now": now})
+    moved: int | None = result.scalar_one_or_none()
+    return None if moved is None else moved - n
 
 
 async def advance_last_seq(

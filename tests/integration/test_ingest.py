@@ -54,6 +54,24 @@ async def test_retry_with_the_same_ids_is_counted_as_duplicates(
     assert len(mem.json()["items"]) == 6
 
 
+async def test_a_retry_of_stored_messages_leaves_the_session_as_it_was(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """The session's advance is taken before the duplicates are known: a request whose
+    messages are all stored must roll it back, not leave `last_seq` ahead of the log."""
+    user, session = ids("user"), ids("session")
+    batch = [turn(f"line {i}", id=f"d{i}") for i in range(3)]
+    await post_messages(running, session, user, batch, wait=False)
+    before = (await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})).json()
+    again = await post_messages(running, session, user, batch, wait=False)
+    after = (await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})).json()
+    assert (again["accepted"], again["duplicates"], again["last_seq"]) == (0, 3, 3)
+    assert (after["last_seq"], after["updated_at"]) == (before["last_seq"], before["updated_at"])
+
+    more = await post_messages(running, session, user, [*batch, turn("fourth", id="d3")])
+    assert (more["accepted"], more["last_seq"]) == (1, 4)
+
+
 async def test_same_id_twice_in_one_batch_is_stored_once(
     running: Running, ids: Callable[[str], str]
 ) -> None:
