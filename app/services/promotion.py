@@ -159,14 +159,18 @@ class Promoter:
                 piece = slices.get(n)
                 try:
                     if piece is not None and not self.stop.is_set():
-                        done += await self._promote_slice(claim, piece, embedded)
+                        count = await self._promote_slice(claim, piece, embedded)
+                        if count is not None:  # committed, and the lease given back with it
+                            released.add(n)
+                            done += count
                 except Exception:
                     # One failing session (a provider down, a bad row) must not hold up
                     # the others; it backs off on its own and a later pass retries it.
                     failed(n)
                 finally:
-                    released.add(n)
-                    await self._release(claim, retry.get(n))
+                    if n not in released:
+                        released.add(n)
+                        await self._release(claim, retry.get(n))
         finally:
             for n, claim in enumerate(claims):
                 if n not in released:
@@ -197,7 +201,8 @@ class Promoter:
         piece = await self._slice(claim)
         if piece is None:
             return 0
-        return await self._promote_slice(claim, piece, await self._embed_all(piece.chunks))
+        done = await self._promote_slice(claim, piece, await self._embed_all(piece.chunks))
+        return done or 0
 
     async def _slice(self, claim: Claim) -> _Slice | None:
         """The session's next slice, chunked (None: nothing to do)."""
@@ -237,7 +242,9 @@ class Promoter:
         claim: Claim,
         piece: _Slice,
         embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]],
-    ) -> int:
+    ) -> int | None:
+        """The messages indexed, the lease given back with them; None when the lease was
+        lost and nothing was written (the caller still holds nothing to give back)."""
         # A chunk the provider refused stays unindexed (`embed_chunks`).
         kept = [c for c in piece.chunks if c.id in embedded]
         vectors = [embedded[c.id][0] for c in kept]
@@ -247,7 +254,7 @@ class Promoter:
         )
         if not written:
             log.info("lease on %s lost; another worker goes on", claim.session_id)
-            return 0
+            return None
         if self.signals is not None:
             await self.signals.indexed(claim.tenant_id, claim.session_id, piece.upto)
         return piece.count
@@ -334,6 +341,7 @@ class Promoter:
             from_seq=from_seq,
             to_seq=to_seq,
             lease_until=self._lease_until(),
+            release=True,
         ):
             raise _LeaseLost
         inserted = await memory_store.insert_many(

@@ -157,6 +157,55 @@ class Claim:
     promote_failures: int = 0  # failed passes in a row, for the next backoff
 
 
+# The worker's pass runs these every time, most often for one new message: built once.
+_PENDING = (
+    sa.select(Session.tenant_id, Session.id, Session.user_id)
+    .outerjoin(User, sa.and_(User.tenant_id == Session.tenant_id, User.id == Session.user_id))
+    .where(
+        Session.last_seq > Session.indexed_seq,
+        sa.or_(
+            Session.promote_retry_at.is_(None), Session.promote_retry_at <= sa.bindparam("p_now")
+        ),
+        sa.or_(
+            Session.lease_expires_at.is_(None),
+            Session.lease_expires_at < sa.bindparam("p_now"),
+            Session.lease_owner == sa.bindparam("p_owner"),
+        ),
+    )
+    .order_by(
+        User.promoted_at.asc().nulls_first(),
+        Session.promoted_at.asc().nulls_first(),
+        Session.updated_at,
+    )
+    .limit(sa.bindparam("p_limit"))
+    .with_for_update(of=Session, skip_locked=True)
+)
+_LEASE = (
+    sa.update(_SESSIONS)
+    .where(
+        _SESSIONS.c.tenant_id == sa.bindparam("p_tenant"),
+        _SESSIONS.c.id == sa.bindparam("p_session"),
+    )
+    .values(
+        lease_owner=sa.bindparam("p_owner"),
+        lease_expires_at=sa.bindparam("p_until"),
+        promoted_at=sa.bindparam("p_now"),
+    )
+    .returning(
+        _SESSIONS.c.indexed_seq,
+        _SESSIONS.c.last_seq,
+        _SESSIONS.c.created_at,
+        _SESSIONS.c.promote_failures,
+    )
+)
+_USERS = cast(sa.Table, User.__table__)
+_USER_SERVED = (
+    sa.update(_USERS)
+    .where(_USERS.c.tenant_id == sa.bindparam("p_tenant"), _USERS.c.id == sa.bindparam("p_user"))
+    .values(promoted_at=sa.bindparam("p_now"))
+)
+
+
 async def claim_backlog(
     tx: AsyncSession, *, owner: str, now: datetime, lease_until: datetime, limit: int
 ) -> list[Claim]:
@@ -170,52 +219,20 @@ async def claim_backlog(
     the embedded mode has one worker and serialised writes. A session whose promotion
     failed waits out its backoff (`promote_retry_at`), so it cannot hold up the others.
     """
-    pending = (
-        sa.select(Session.tenant_id, Session.id, Session.user_id)
-        .outerjoin(User, sa.and_(User.tenant_id == Session.tenant_id, User.id == Session.user_id))
-        .where(
-            Session.last_seq > Session.indexed_seq,
-            sa.or_(Session.promote_retry_at.is_(None), Session.promote_retry_at <= now),
-            sa.or_(
-                Session.lease_expires_at.is_(None),
-                Session.lease_expires_at < now,
-                Session.lease_owner == owner,
-            ),
-        )
-        .order_by(
-            User.promoted_at.asc().nulls_first(),
-            Session.promoted_at.asc().nulls_first(),
-            Session.updated_at,
-        )
-        # Several candidates per slot: one user's many sessions must not fill the pass.
-        .limit(limit * 4)
-        .with_for_update(of=Session, skip_locked=True)
-    )
     chosen: list[tuple[str, str, str]] = []
     users: set[tuple[str, str]] = set()
-    for tenant_id, session_id, user_id in (await tx.execute(pending)).all():
+    # Several candidates per slot: one user's many sessions must not fill the pass.
+    params = {"p_now": now, "p_owner": owner, "p_limit": limit * 4}
+    for tenant_id, session_id, user_id in (await tx.execute(_PENDING, params)).all():
         if (tenant_id, user_id) not in users and len(chosen) < limit:
             users.add((tenant_id, user_id))
             chosen.append((tenant_id, session_id, user_id))
     claims: list[Claim] = []
     for tenant_id, session_id, user_id in chosen:
-        result = await tx.execute(
-            sa.update(Session)
-            .where(Session.tenant_id == tenant_id, Session.id == session_id)
-            .values(lease_owner=owner, lease_expires_at=lease_until, promoted_at=now)
-            .returning(
-                Session.indexed_seq,
-                Session.last_seq,
-                Session.created_at,
-                Session.promote_failures,
-            )
-        )
+        lease = {"p_owner": owner, "p_until": lease_until, "p_now": now}
+        result = await tx.execute(_LEASE, {"p_tenant": tenant_id, "p_session": session_id, **lease})
         indexed_seq, last_seq, created_at, failures = result.one()
-        await tx.execute(
-            sa.update(User)
-            .where(User.tenant_id == tenant_id, User.id == user_id)
-            .values(promoted_at=now)
-        )
+        await tx.execute(_USER_SERVED, {"p_tenant": tenant_id, "p_user": user_id, "p_now": now})
         claims.append(
             Claim(
                 tenant_id,
@@ -239,12 +256,26 @@ async def advance_watermark(
     from_seq: int,
     to_seq: int,
     lease_until: datetime,
+    release: bool = False,
 ) -> bool:
-    """Move `indexed_seq` forward if we still hold the lease and nobody moved it meanwhile.
+    """Move `indexed_seq` forward if we still hold the lease and nobody moved it meanwhile;
+    with `release`, also give the lease back as `release_lease` does after a pass that
+    went well (one write transaction a pass instead of two, which an ingest waits behind
+    on SQLite), else hold it until `lease_until`.
 
     Returns False when the lease was lost: the caller's transaction must then roll back,
     so that rows written under a lost lease are never committed twice.
     """
+    lease: dict[str, Any] = (
+        {
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "promote_failures": 0,
+            "promote_retry_at": None,
+        }
+        if release
+        else {"lease_expires_at": lease_until}
+    )
     result = await tx.execute(
         sa.update(Session)
         .where(
@@ -253,7 +284,7 @@ async def advance_watermark(
             Session.lease_owner == owner,
             Session.indexed_seq == from_seq,
         )
-        .values(indexed_seq=to_seq, lease_expires_at=lease_until)
+        .values(indexed_seq=to_seq, **lease)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 

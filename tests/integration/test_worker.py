@@ -222,6 +222,8 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
     assert await promoter.run_once() == 1
     healed = await session(bad)
     assert (healed.indexed_seq, healed.promote_failures, healed.promote_retry_at) == (1, 0, None)
+    # The pass's commit gave the lease back with the watermark.
+    assert (healed.lease_owner, healed.lease_expires_at) == (None, None)
     await embedder.close()
 
 
