@@ -38,7 +38,7 @@ from app.metrics import Metrics, RequestMetrics
 from app.resources import Resources, open_resources
 from app.settings import Settings, refuse_unworkable
 from app.wiring import Services, build_services
-from app.worker import run_worker
+from app.worker import finish, run_worker
 
 DESCRIPTION = """Long-term memory for AI agents. Strata keeps an agent's history in three
 layers (in-context, a Redis session buffer, long-term Qdrant + SQL) and hands back, in one
@@ -96,7 +96,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                 stop.set()
                 if worker is not None:
                     try:
-                        await worker
+                        await finish(worker, settings.worker_stop_grace_seconds)
                     except Exception:  # logged; shutdown goes on to flush what it can
                         log.exception("worker ended with an error")
                 await services.recall.drain()

@@ -141,6 +141,15 @@ class Settings(BaseSettings):
         gt=0,
         description="how often a worker writes its heartbeat row (read by /readyz)",
     )
+    worker_stop_grace_seconds: float = Field(
+        default=8.0,
+        gt=0,
+        le=600,
+        description="on shutdown, how long the worker may finish its pass and jobs before "
+        "they are cancelled; a cancelled pass gives its leases back and its messages are "
+        "promoted after the restart (8 s: below the 10 s a container runtime waits before "
+        "it kills)",
+    )
     worker_stale_seconds: float = Field(
         default=30.0,
         gt=0,

@@ -103,6 +103,24 @@ async def run_worker(
         log.info("worker %s stopped", owner)
 
 
+async def finish(task: asyncio.Task[None], grace: float) -> None:
+    """Let a worker whose `stop` is set end its pass, for at most `grace` seconds, then
+    cancel it: a shutdown must not wait on a slow model call or a frozen connection. What
+    a cancelled pass had not committed is promoted again after the restart (the log keeps
+    the messages; its leases are given back, or expire). Re-raises what the worker raised;
+    a cancellation of the caller still cancels the wait."""
+    done, _ = await asyncio.wait({task}, timeout=grace)
+    if not done:
+        log.warning("the worker did not stop within %.1f s; cancelling its pass", grace)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=grace)
+        if not done:
+            log.error("the worker ignored its cancellation; leaving it")
+            return
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        raise exc
+
+
 class _Heart:
     """Writes the worker's heartbeat row (read by `/readyz`) every
     `worker_heartbeat_seconds`, from a task of its own: a long pass is not a dead worker,
@@ -178,7 +196,13 @@ async def main() -> None:
             # prometheus_client's own HTTP server, on a daemon thread (scrape: GET /metrics).
             resources.metrics.serve(settings.worker_metrics_port)
             log.info("worker metrics on port %d", settings.worker_metrics_port)
-        await run_worker(resources, stop)
+        worker = asyncio.create_task(run_worker(resources, stop), name="strata-worker")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({worker, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        await finish(worker, settings.worker_stop_grace_seconds)
 
 
 if __name__ == "__main__":
