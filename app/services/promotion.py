@@ -321,11 +321,10 @@ class Promoter:
         hashes = sorted({content_hash(c.content) for c in chunks})
         async with self.db.read() as tx:
             ids = [c.id for c in chunks]
-            replayed = await memory_store.get_many(tx, claim.tenant_id, ids, user_id=claim.user_id)
-            done = {m.id for m in replayed}
-            same_text = await memory_store.by_hashes(tx, claim.tenant_id, claim.user_id, hashes)
-        stored = await self.vectors.dense_vectors([m.id for m in same_text.values()])
-        return done, {h: ExistingMemory(m.id, stored.get(m.id)) for h, m in same_text.items()}
+            done = await memory_store.ids_among(tx, claim.tenant_id, claim.user_id, ids)
+            same_text = await memory_store.ids_by_hashes(tx, claim.tenant_id, claim.user_id, hashes)
+        stored = await self.vectors.dense_vectors(list(same_text.values()))
+        return done, {h: ExistingMemory(mid, stored.get(mid)) for h, mid in same_text.items()}
 
     async def _commit(
         self, tx: AsyncSession, claim: Claim, plan: Plan, from_seq: int, to_seq: int

@@ -88,19 +88,38 @@ async def get_many(
     return rows
 
 
-async def by_hashes(
+async def ids_among(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Which of `ids` the user's memories hold, deleted ones included (a replayed batch).
+    Ids only: promotion asks this every pass, and whole rows cost their JSON and ORM
+    objects for nothing."""
+    found: set[uuid.UUID] = set()
+    for start in range(0, len(ids), _CHUNK):
+        stmt = sa.select(Memory.id).where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.id.in_(ids[start : start + _CHUNK]),
+        )
+        found.update((await tx.execute(stmt)).scalars())
+    return found
+
+
+async def ids_by_hashes(
     tx: AsyncSession, tenant_id: str, user_id: str, hashes: Sequence[str]
-) -> dict[str, Memory]:
-    found: dict[str, Memory] = {}
+) -> dict[str, uuid.UUID]:
+    """A live memory of the user's for each text hash that has one (near-duplicate
+    candidates); ids only, as `ids_among`."""
+    found: dict[str, uuid.UUID] = {}
     for start in range(0, len(hashes), _CHUNK):
-        stmt = sa.select(Memory).where(
+        stmt = sa.select(Memory.content_hash, Memory.id).where(
             Memory.tenant_id == tenant_id,
             Memory.user_id == user_id,
             Memory.content_hash.in_(hashes[start : start + _CHUNK]),
             Memory.deleted_at.is_(None),
         )
-        for row in (await tx.execute(stmt)).scalars():
-            found.setdefault(row.content_hash, row)
+        for digest, memory_id in (await tx.execute(stmt)).all():
+            found.setdefault(digest, memory_id)
     return found
 
 

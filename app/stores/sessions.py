@@ -247,6 +247,25 @@ async def claim_backlog(
     return claims
 
 
+_ADVANCE = (
+    sa.update(_SESSIONS)
+    .where(
+        _SESSIONS.c.tenant_id == sa.bindparam("p_tenant"),
+        _SESSIONS.c.id == sa.bindparam("p_session"),
+        _SESSIONS.c.lease_owner == sa.bindparam("p_owner"),
+        _SESSIONS.c.indexed_seq == sa.bindparam("p_from"),
+    )
+    .values(indexed_seq=sa.bindparam("p_to"), lease_expires_at=sa.bindparam("p_until"))
+)
+# The same, giving the lease back as `release_lease` does after a pass that went well.
+_ADVANCE_AND_RELEASE = _ADVANCE.values(
+    lease_owner=None,
+    lease_expires_at=None,
+    promote_failures=0,
+    promote_retry_at=None,
+)
+
+
 async def advance_watermark(
     tx: AsyncSession,
     *,
@@ -266,26 +285,17 @@ async def advance_watermark(
     Returns False when the lease was lost: the caller's transaction must then roll back,
     so that rows written under a lost lease are never committed twice.
     """
-    lease: dict[str, Any] = (
-        {
-            "lease_owner": None,
-            "lease_expires_at": None,
-            "promote_failures": 0,
-            "promote_retry_at": None,
-        }
-        if release
-        else {"lease_expires_at": lease_until}
-    )
-    result = await tx.execute(
-        sa.update(Session)
-        .where(
-            Session.tenant_id == tenant_id,
-            Session.id == session_id,
-            Session.lease_owner == owner,
-            Session.indexed_seq == from_seq,
-        )
-        .values(indexed_seq=to_seq, **lease)
-    )
+    params: dict[str, Any] = {
+        "p_tenant": tenant_id,
+        "p_session": session_id,
+        "p_owner": owner,
+        "p_from": from_seq,
+        "p_to": to_seq,
+    }
+    if release:
+        result = await tx.execute(_ADVANCE_AND_RELEASE, params)
+    else:
+        result = await tx.execute(_ADVANCE, {**params, "p_until": lease_until})
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
