@@ -105,7 +105,7 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
             await migrate(settings.database_dsn)
         dsn = settings.database_dsn
         db = Database(
-            create_engine(dsn),
+            create_engine(dsn, lock_timeout_seconds=settings.db_lock_timeout_seconds),
             create_engine(dsn, readonly=True) if settings.is_sqlite else None,
         )
         stack.push_async_callback(db.close)

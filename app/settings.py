@@ -28,6 +28,14 @@ class Settings(BaseSettings):
         description="http://host:6333 for a server, ':memory:' or 'path:<dir>' for "
         "qdrant-client local mode (tests only); unset: Qdrant Edge on disk",
     )
+    db_lock_timeout_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="PostgreSQL: longest wait for a row lock (lock_timeout) before the "
+        "statement fails and the request answers 503 database_unavailable, which a client "
+        "may retry; 0: no limit. Bounds a request stuck behind a transaction that hangs",
+    )
     qdrant_api_key: SecretStr | None = None
     collection_prefix: str = "strata"
     auto_migrate: bool = Field(default=True, description="run Alembic migrations at start")

@@ -47,13 +47,23 @@ def _ensure_sqlite_dir(dsn: str) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-def create_engine(dsn: str, *, readonly: bool = False) -> AsyncEngine:
+def create_engine(
+    dsn: str, *, readonly: bool = False, lock_timeout_seconds: float = 0
+) -> AsyncEngine:
+    """`lock_timeout_seconds` (PostgreSQL; 0: none) bounds a wait for a row lock: a request
+    behind a transaction that hangs fails as retryable instead of waiting with it."""
     if dsn.startswith("sqlite"):
         _ensure_sqlite_dir(dsn)
         engine = create_async_engine(dsn, connect_args={"timeout": 30})
         _tune_sqlite(engine, readonly=readonly)
         return engine
-    return create_async_engine(dsn, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    connect_args: dict[str, Any] = {}
+    if lock_timeout_seconds:
+        lock_timeout = f"{max(1, round(lock_timeout_seconds * 1000))}ms"
+        connect_args["server_settings"] = {"lock_timeout": lock_timeout}
+    return create_async_engine(
+        dsn, pool_size=10, max_overflow=10, pool_pre_ping=True, connect_args=connect_args
+    )
 
 
 def _tune_sqlite(engine: AsyncEngine, *, readonly: bool) -> None:
@@ -203,10 +213,11 @@ def _outage(exc: BaseException) -> DatabaseUnavailable | None:
 
 
 def _transient(exc: DBAPIError) -> bool:
-    """Deadlock or serialisation (40), statement timeout or shutdown (57), connection (08):
-    the request may succeed if retried, so it is a 503, not our 500."""
+    """Deadlock or serialisation (40), statement timeout or shutdown (57), connection (08),
+    a lock not had within `lock_timeout` (55P03): the request may succeed if retried, so it
+    is a 503, not our 500."""
     code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
-    return isinstance(code, str) and code[:2] in ("40", "57", "08")
+    return isinstance(code, str) and (code[:2] in ("40", "57", "08") or code == "55P03")
 
 
 _DRIVERS = frozenset({"sqlalchemy", "asyncpg", "aiosqlite", "sqlite3"})

@@ -125,6 +125,30 @@ async def test_a_commit_refused_as_a_serialisation_failure_is_unavailable(pg: Da
     assert await _ids(pg) == [1]
 
 
+async def test_an_ingest_behind_a_held_session_lock_gives_up_as_unavailable(
+    pg_databases: Callable[[], Awaitable[str]], start_app: Callable[..., Any]
+) -> None:
+    """A transaction that hangs while it holds a session's row (a store call that never
+    answers, say) must not hold every ingest to that session with it: after
+    `db_lock_timeout_seconds` the request answers a retryable 503 and stores nothing."""
+    settings = full_settings(await pg_databases(), db_lock_timeout_seconds=0.3)
+    async with start_app(settings) as running:
+        url = "/v1/sessions/locked/messages"
+        first = {"user_id": "u", "messages": [{"role": "user", "content": "one"}]}
+        assert (await running.client.post(url, json=first)).status_code == 202
+        second = {"user_id": "u", "messages": [{"role": "user", "content": "two"}]}
+        async with running.resources.db.transaction() as holder:
+            await holder.execute(sa.text("SELECT 1 FROM sessions WHERE id = 'locked' FOR UPDATE"))
+            blocked = await running.client.post(url, json=second)
+        assert blocked.status_code == 503
+        assert blocked.json()["code"] == "database_unavailable"
+        state = await running.client.get("/v1/sessions/locked", params={"user_id": "u"})
+        assert state.json()["last_seq"] == 1
+        # Once the lock is free, the retry goes through.
+        retried = await running.client.post(url, json=second)
+        assert (retried.status_code, retried.json()["last_seq"]) == (202, 2)
+
+
 async def test_every_buffer_call_on_a_closed_port_is_buffer_unavailable() -> None:
     # As the service opens it (`from_url`: no retries with back-off, unlike `Redis()`).
     redis = Redis.from_url(f"redis://127.0.0.1:{_closed_port()}/0")
