@@ -450,6 +450,27 @@ async def live_ids(
 FACT_TYPES = ("semantic", "procedural")
 
 
+# Context reads the user's facts on every call: the statements are built once.
+_FACTS = sa.select(Memory).where(
+    Memory.tenant_id == sa.bindparam("p_tenant"),
+    Memory.user_id == sa.bindparam("p_user"),
+    Memory.memory_type == sa.bindparam("p_type"),
+    Memory.deleted_at.is_(None),
+)
+_NEWEST = (Memory.created_at.desc(), Memory.id.desc())
+_FACTS_NOW = (
+    _FACTS.where(Memory.valid_to.is_(None)).order_by(*_NEWEST).limit(sa.bindparam("p_limit"))
+)
+_FACTS_AT = (
+    _FACTS.where(
+        Memory.created_at <= sa.bindparam("p_at"),
+        sa.or_(Memory.valid_to.is_(None), Memory.valid_to > sa.bindparam("p_at")),
+    )
+    .order_by(*_NEWEST)
+    .limit(sa.bindparam("p_limit"))
+)
+
+
 async def current_facts(
     tx: AsyncSession, tenant_id: str, user_id: str, *, at: datetime | None, limit: int
 ) -> list[Memory]:
@@ -460,21 +481,13 @@ async def current_facts(
     straight from `ix_memories_user_type`; with `IN`, SQLite walked all of the user's
     memories newest first to find the few facts among them."""
     found: list[Memory] = []
+    params: dict[str, Any] = {"p_tenant": tenant_id, "p_user": user_id, "p_limit": limit}
+    stmt = _FACTS_NOW if at is None else _FACTS_AT
+    if at is not None:
+        params["p_at"] = at
     for memory_type in FACT_TYPES:
-        stmt = sa.select(Memory).where(
-            Memory.tenant_id == tenant_id,
-            Memory.user_id == user_id,
-            Memory.memory_type == memory_type,
-            Memory.deleted_at.is_(None),
-        )
-        if at is None:
-            stmt = stmt.where(Memory.valid_to.is_(None))
-        else:
-            stmt = stmt.where(
-                Memory.created_at <= at, sa.or_(Memory.valid_to.is_(None), Memory.valid_to > at)
-            )
-        stmt = stmt.order_by(Memory.created_at.desc(), Memory.id.desc()).limit(limit)
-        found.extend((await tx.execute(stmt)).scalars().all())
+        result = await tx.execute(stmt, {**params, "p_type": memory_type})
+        found.extend(result.scalars().all())
     found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
     return found[:limit]
 

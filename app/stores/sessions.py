@@ -26,13 +26,20 @@ async def ensure_user(tx: AsyncSession, tenant_id: str, user_id: str, now: datet
     await tx.execute(stmt.on_conflict_do_nothing(index_elements=["tenant_id", "id"]))
 
 
+# Every session route reads the row first: built once.
+_GET = sa.select(Session).where(
+    Session.tenant_id == sa.bindparam("p_tenant"), Session.id == sa.bindparam("p_session")
+)
+_GET_FOR_UPDATE = _GET.with_for_update()
+
+
 async def get(
     tx: AsyncSession, tenant_id: str, session_id: str, *, for_update: bool = False
 ) -> Session | None:
-    stmt = sa.select(Session).where(Session.tenant_id == tenant_id, Session.id == session_id)
-    if for_update:
-        stmt = stmt.with_for_update()
-    return (await tx.execute(stmt)).scalar_one_or_none()
+    stmt = _GET_FOR_UPDATE if for_update else _GET
+    result = await tx.execute(stmt, {"p_tenant": tenant_id, "p_session": session_id})
+    row: Session | None = result.scalar_one_or_none()
+    return row
 
 
 async def create_or_lock(

@@ -231,6 +231,20 @@ async def page(
     return list((await tx.execute(stmt)).scalars().all())
 
 
+# Context reads these on every call: built once.
+_BEFORE = (
+    sa.select(Summary)
+    .where(
+        Summary.tenant_id == sa.bindparam("p_tenant"),
+        Summary.user_id == sa.bindparam("p_user"),
+        Summary.level == sa.bindparam("p_level"),
+        Summary.period_end <= sa.bindparam("p_ended_by"),
+    )
+    .order_by(Summary.period_start.desc())
+    .limit(sa.bindparam("p_limit"))
+)
+
+
 async def before(
     tx: AsyncSession,
     tenant_id: str,
@@ -242,18 +256,9 @@ async def before(
 ) -> list[Summary]:
     """The user's newest `limit` summaries of `level` whose period ended by `ended_by`,
     newest first (context's older periods)."""
-    stmt = (
-        sa.select(Summary)
-        .where(
-            Summary.tenant_id == tenant_id,
-            Summary.user_id == user_id,
-            Summary.level == level,
-            Summary.period_end <= ended_by,
-        )
-        .order_by(Summary.period_start.desc())
-        .limit(limit)
-    )
-    return list((await tx.execute(stmt)).scalars().all())
+    params = {"p_tenant": tenant_id, "p_user": user_id, "p_level": level}
+    result = await tx.execute(_BEFORE, {**params, "p_ended_by": ended_by, "p_limit": limit})
+    return list(result.scalars().all())
 
 
 async def session_span(
