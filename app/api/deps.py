@@ -52,6 +52,8 @@ holds nothing;
 `tests/unit/test_gate.py` fails on any /v1 route that is neither gated nor listed here)."""
 
 
+# The dependencies below that only hand out a service are `async def` on purpose: FastAPI
+# runs a plain `def` dependency in its thread pool, a thread hop per dependency per request.
 def _services(request: Request) -> Services:
     services: Services = request.state.services
     return services
@@ -133,34 +135,34 @@ async def _tenant(principal: PrincipalDep) -> str:
 TenantDep = Annotated[str, Depends(_tenant)]
 
 
-def _keys(request: Request) -> KeyService:
+async def _keys(request: Request) -> KeyService:
     return _services(request).keys
 
 
 KeyDep = Annotated[KeyService, Depends(_keys)]
 
 
-def _ingest(request: Request) -> IngestService:
+async def _ingest(request: Request) -> IngestService:
     return _services(request).ingest
 
 
-def _memories(request: Request) -> MemoryService:
+async def _memories(request: Request) -> MemoryService:
     return _services(request).memories
 
 
-def _recall(request: Request) -> RecallService:
+async def _recall(request: Request) -> RecallService:
     return _services(request).recall
 
 
-def _context(request: Request) -> ContextService:
+async def _context(request: Request) -> ContextService:
     return _services(request).context
 
 
-def _health(request: Request) -> HealthService:
+async def _health(request: Request) -> HealthService:
     return _services(request).health
 
 
-def _jobs(request: Request) -> JobService:
+async def _jobs(request: Request) -> JobService:
     return _services(request).jobs
 
 
@@ -172,32 +174,32 @@ HealthDep = Annotated[HealthService, Depends(_health)]
 JobDep = Annotated[JobService, Depends(_jobs)]
 
 
-def _rewrite(request: Request) -> RewriteService:
+async def _rewrite(request: Request) -> RewriteService:
     return _services(request).rewrite
 
 
 RewriteDep = Annotated[RewriteService, Depends(_rewrite)]
 
 
-def _scratchpad(request: Request) -> ScratchpadService:
+async def _scratchpad(request: Request) -> ScratchpadService:
     return _services(request).scratchpad
 
 
 ScratchpadDep = Annotated[ScratchpadService, Depends(_scratchpad)]
 
 
-def _summaries(request: Request) -> SummaryService:
+async def _summaries(request: Request) -> SummaryService:
     return _services(request).summaries
 
 
 SummaryDep = Annotated[SummaryService, Depends(_summaries)]
 
 
-def _export(request: Request) -> ExportService:
+async def _export(request: Request) -> ExportService:
     return _services(request).export
 
 
-def _erasure(request: Request) -> ErasureService:
+async def _erasure(request: Request) -> ErasureService:
     return _services(request).erasure
 
 
@@ -205,25 +207,25 @@ ExportDep = Annotated[ExportService, Depends(_export)]
 ErasureDep = Annotated[ErasureService, Depends(_erasure)]
 
 
-def _forgetting(request: Request) -> ForgettingService:
+async def _forgetting(request: Request) -> ForgettingService:
     return _services(request).forgetting
 
 
 ForgettingDep = Annotated[ForgettingService, Depends(_forgetting)]
 
 
-def _maintenance(request: Request) -> MaintenanceService:
+async def _maintenance(request: Request) -> MaintenanceService:
     return _services(request).maintenance
 
 
 MaintenanceDep = Annotated[MaintenanceService, Depends(_maintenance)]
 
 
-def _profile(request: Request) -> ProfileService:
+async def _profile(request: Request) -> ProfileService:
     return _services(request).profile
 
 
-def _graph(request: Request) -> GraphService:
+async def _graph(request: Request) -> GraphService:
     return _services(request).graph
 
 

@@ -37,7 +37,7 @@ async def _scraper(
         raise Unauthorized("send `Authorization: Bearer <metrics token>`")
 
 
-def _service(request: Request) -> MetricsService:
+async def _service(request: Request) -> MetricsService:
     service: MetricsService = request.state.services.metrics
     return service
 
