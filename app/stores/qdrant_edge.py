@@ -63,7 +63,10 @@ class QdrantEdgeIndex:
     `vector_cache_bytes`, least recently returned out first): a recall's candidates are
     mostly the same few hundred points of a user, and reading a point's vectors builds
     ~1,500 Python floats, then an array again (~1.5 ms of a recall, profiled). A point's
-    vectors change only through `upsert`, which drops its entry under the same lock.
+    vectors change only through `upsert`, which drops its entry under the same lock. Their
+    payloads are kept as many, read into `MemoryPayload`s (converting 100 payloads took ~2
+    ms of a recall's ~10): every write drops the entries of the points it touches
+    (`upsert`, `delete`, `set_payload`; a delete by filter drops them all), under the lock.
     """
 
     def __init__(
@@ -93,6 +96,8 @@ class QdrantEdgeIndex:
         # Read and written only under `_lock`, as the shard is.
         self._vectors: OrderedDict[uuid.UUID, StoredVectors] = OrderedDict()
         self._vectors_max = vector_cache_bytes // (2 * 4 * max(dim, 1))
+        # Their payloads too, as many (a payload is read back the same way, ~20 µs a point).
+        self._payloads: OrderedDict[uuid.UUID, MemoryPayload] = OrderedDict()
 
     # ------------------------------------------------------------------ live directory
 
@@ -210,7 +215,7 @@ class QdrantEdgeIndex:
                     if "No point with id" not in str(exc):
                         raise
 
-        await self._write(apply)
+        await self._write(apply, [pid for pid, _ in updates])
 
     def _filter(self, q: VectorQuery) -> Any:
         import qdrant_edge as qe
@@ -240,8 +245,10 @@ class QdrantEdgeIndex:
                 limit=query.limit,
                 query=qe.Query.Nearest(query.dense, using="dense"),
                 filter=flt,
-                with_payload=True,
-                with_vector=list(_VECTORS),
+                # Neither payloads nor vectors: both come from the caches, or one read after
+                # the search for the points not in them (`_stored`).
+                with_payload=False,
+                with_vector=False,
             )
         ]
         if query.sparse.indices:
@@ -260,45 +267,56 @@ class QdrantEdgeIndex:
                     filter=flt,
                     # IDF over this user's memories, not the whole shard (+0.01 R@10).
                     params=qe.SearchParams(idf=qe.IdfParams(corpus=user)),
-                    with_payload=True,
+                    with_payload=False,
                 )
             )
 
-        def search() -> tuple[list[list[Any]], dict[Any, StoredVectors]]:
-            # One planned batch: both lists share a pass over the segments. The vectors
-            # come from the cache, or (the points not in it) from one read after the search.
+        def search() -> tuple[list[list[Any]], dict[uuid.UUID, _Stored]]:
+            # One planned batch: both lists share a pass over the segments.
             lists = self._shard.query_batch(qe.QueryBatchRequest(requests))
             ids = [_as_uuid(p.id) for points in lists for p in points]
-            return lists, self._stored_vectors(ids)
+            return lists, self._stored(ids)
 
-        lists, vectors = await self._run(search)
-        seen: dict[uuid.UUID, VectorHit] = {}
-        hits = [[_hit(p, vectors, seen) for p in points] for points in lists]
+        lists, stored = await self._run(search)
+        hits: list[list[VectorHit]] = []
+        for points in lists:
+            found = []
+            for p in points:
+                pid = _as_uuid(p.id)
+                known = stored.get(pid)
+                if known is not None:  # gone between the search and the read: skipped
+                    found.append(VectorHit(pid, p.score, known[0], known[1]))
+            hits.append(found)
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
-    def _stored_vectors(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredVectors]:
-        """Each point's vectors, from the cache or read once (under `_lock`)."""
-        out: dict[uuid.UUID, StoredVectors] = {}
+    def _stored(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
+        """Each point's payload and vectors, from the caches or read once (under `_lock`)."""
+        out: dict[uuid.UUID, _Stored] = {}
         missing = []
         for pid in ids:
             if pid in out:
                 continue
-            known = self._vectors.get(pid)
-            if known is None:
+            payload, vectors = self._payloads.get(pid), self._vectors.get(pid)
+            if payload is None or vectors is None:
                 missing.append(pid)
-                out[pid] = _NO_VECTORS
-            else:
-                self._vectors.move_to_end(pid)
-                out[pid] = known
+                continue
+            self._payloads.move_to_end(pid)
+            self._vectors.move_to_end(pid)
+            out[pid] = (payload, vectors)
         if missing:
-            records = self._shard.retrieve(missing, with_payload=False, with_vector=list(_VECTORS))
+            records = self._shard.retrieve(missing, with_payload=True, with_vector=list(_VECTORS))
+            keep = self._vectors_max > 0
             for r in records:
                 pid = _as_uuid(r.id)
-                out[pid] = stored = _stored(r.vector)
-                if self._vectors_max > 0:
-                    self._vectors[pid] = stored
-            while len(self._vectors) > self._vectors_max:
-                self._vectors.popitem(last=False)
+                payload = MemoryPayload.from_dict(r.payload or {})
+                vectors = _stored(r.vector)
+                out[pid] = (payload, vectors)
+                if keep:
+                    self._payloads[pid] = payload
+                    self._vectors[pid] = vectors
+            for cache in (self._payloads, self._vectors):
+                while len(cache) > self._vectors_max:
+                    cache.popitem(last=False)
         return out
 
     async def count(self) -> int:
@@ -322,6 +340,7 @@ class QdrantEdgeIndex:
             if found:
                 self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
                 self._vectors.clear()
+                self._payloads.clear()
             return found
 
         return int(await self._run(count_and_delete))
@@ -344,19 +363,20 @@ class QdrantEdgeIndex:
         await self._run(lambda: self._shard.info())
         return (time.perf_counter() - start) * 1000
 
-    async def _write(self, fn: Callable[[Any], None], rewritten: Sequence[uuid.UUID] = ()) -> None:
+    async def _write(self, fn: Callable[[Any], None], touched: Sequence[uuid.UUID] = ()) -> None:
         """Apply a write to the live shard and, while a graph is being built, journal it
         for the copy (under the same lock, so the copy sees exactly the writes after it).
-        `rewritten`: points whose vectors the write replaces or deletes; their cached
-        vectors go under the same lock, so no search keeps the old ones."""
+        `touched`: points whose payload or vectors the write changes or deletes; their
+        cached ones go under the same lock, so no search keeps the old ones."""
 
         def locked() -> None:
             with self._lock:
                 if self._shard is None:
                     raise VectorStoreUnavailable("the vector index is closed")
                 fn(self._shard)
-                for pid in rewritten:
+                for pid in touched:
                     self._vectors.pop(pid, None)
+                    self._payloads.pop(pid, None)
                 if self._journal is not None:
                     self._journal.append(fn)
 
@@ -486,7 +506,7 @@ class QdrantEdgeIndex:
 _VECTORS = ("dense", "turn", "sparse")
 
 
-_NO_VECTORS = StoredVectors(dense=(), turn=(), sparse_ids=())
+_Stored = tuple[MemoryPayload, StoredVectors]
 
 
 def _stored(vector: Any) -> StoredVectors:
@@ -509,19 +529,6 @@ def _frozen(values: Sequence[float] | None) -> NDArray[np.float32]:
     out = np.asarray(values or (), dtype=np.float32)
     out.setflags(write=False)
     return out
-
-
-def _hit(
-    p: Any, vectors: dict[uuid.UUID, StoredVectors], seen: dict[uuid.UUID, VectorHit]
-) -> VectorHit:
-    pid = _as_uuid(p.id)
-    known = seen.get(pid)
-    if known is not None:  # the same point in the other list: only its score differs
-        return VectorHit(known.id, p.score, known.payload, known.vectors)
-    payload = MemoryPayload.from_dict(p.payload or {})
-    hit = VectorHit(pid, p.score, payload, vectors.get(pid, _NO_VECTORS))
-    seen[pid] = hit
-    return hit
 
 
 def _as_uuid(value: Any) -> uuid.UUID:

@@ -109,3 +109,43 @@ async def test_cached_vectors_score_as_vectors_read_anew_and_follow_a_rewrite(
         lists = await index.candidates(q)
         assert scored(spec, q, lists) == scored(spec, q, as_lists(index, lists))
     await index.close()
+
+
+@pytest.mark.parametrize("room", [0, 20, 1000])  # 0: no cache, every payload read anew
+async def test_cached_payloads_follow_every_write(tmp_path: Path, room: int) -> None:
+    """Candidates carry each point's payload as stored now: after a payload patch (a
+    reinforcement, a pin), a rewrite, a delete and a user's erasure, never an older one."""
+    from dataclasses import replace
+
+    from app.stores.vectors import PayloadPatch
+
+    rng = np.random.default_rng(5)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=room * 2 * 4 * DIM)
+    await index.ensure_collection()
+    points = [point(i, rng) for i in range(60)]
+    await index.upsert(points)
+    _, asked = query(0, rng)
+    q = VectorQuery(TENANT, USER, asked.dense, asked.sparse, limit=60)
+
+    def payloads(lists: CandidateLists) -> dict[uuid.UUID, MemoryPayload]:
+        return {h.id: h.payload for h in (*lists.dense, *lists.sparse)}
+
+    first = payloads(await index.candidates(q))
+    assert first == {p.id: p.payload for p in points if p.id in first}
+    assert len(index._payloads) <= room
+
+    target = next(iter(first))
+    await index.set_payload([(target, PayloadPatch(access_count=7, pinned=True))])
+    patched = payloads(await index.candidates(q))[target]
+    assert (patched.access_count, patched.pinned) == (7, True)
+
+    old = next(p for p in points if p.id == target)
+    await index.upsert([replace(old, payload=replace(old.payload, content="rewritten text"))])
+    assert payloads(await index.candidates(q))[target].content == "rewritten text"
+
+    await index.delete([target])
+    assert target not in payloads(await index.candidates(q))
+
+    assert await index.delete_user(TENANT, USER) == 59
+    assert payloads(await index.candidates(q)) == {}
+    await index.close()
