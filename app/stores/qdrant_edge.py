@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -215,7 +216,7 @@ class QdrantEdgeIndex:
                     if "No point with id" not in str(exc):
                         raise
 
-        await self._write(apply, [pid for pid, _ in updates])
+        await self._write(apply, patched=updates)
 
     def _filter(self, q: VectorQuery) -> Any:
         import qdrant_edge as qe
@@ -363,11 +364,19 @@ class QdrantEdgeIndex:
         await self._run(lambda: self._shard.info())
         return (time.perf_counter() - start) * 1000
 
-    async def _write(self, fn: Callable[[Any], None], touched: Sequence[uuid.UUID] = ()) -> None:
+    async def _write(
+        self,
+        fn: Callable[[Any], None],
+        touched: Sequence[uuid.UUID] = (),
+        *,
+        patched: Sequence[tuple[uuid.UUID, PayloadPatch]] = (),
+    ) -> None:
         """Apply a write to the live shard and, while a graph is being built, journal it
         for the copy (under the same lock, so the copy sees exactly the writes after it).
-        `touched`: points whose payload or vectors the write changes or deletes; their
-        cached ones go under the same lock, so no search keeps the old ones."""
+        `touched`: points whose payload and vectors the write replaces or deletes; their
+        cached ones go under the same lock, so no search keeps the old ones. `patched`:
+        payload patches, applied to the cached payloads alike (reinforcement patches the
+        points recall just returned: dropping them would empty the cache it reads)."""
 
         def locked() -> None:
             with self._lock:
@@ -377,6 +386,10 @@ class QdrantEdgeIndex:
                 for pid in touched:
                     self._vectors.pop(pid, None)
                     self._payloads.pop(pid, None)
+                for pid, patch in patched:
+                    cached = self._payloads.get(pid)
+                    if cached is not None:
+                        self._payloads[pid] = patched_payload(cached, patch)
                 if self._journal is not None:
                     self._journal.append(fn)
 
@@ -507,6 +520,17 @@ _VECTORS = ("dense", "turn", "sparse")
 
 
 _Stored = tuple[MemoryPayload, StoredVectors]
+
+
+def patched_payload(payload: MemoryPayload, patch: PayloadPatch) -> MemoryPayload:
+    """`payload` as the index holds it after `patch` (`set_payload`): the same fields
+    replaced, lists and maps copied so that the cache shares nothing with the caller."""
+    fields: dict[str, Any] = dict(patch)
+    if "sources" in fields:
+        fields["sources"] = [dict(s) for s in fields["sources"]]
+    if "metadata" in fields:
+        fields["metadata"] = dict(fields["metadata"])
+    return dataclasses.replace(payload, **fields)
 
 
 def _stored(vector: Any) -> StoredVectors:

@@ -134,10 +134,24 @@ async def test_cached_payloads_follow_every_write(tmp_path: Path, room: int) -> 
     assert first == {p.id: p.payload for p in points if p.id in first}
     assert len(index._payloads) <= room
 
+    def stored(pid: uuid.UUID) -> MemoryPayload:
+        (record,) = index._shard.retrieve([pid], with_payload=True, with_vector=False)
+        return MemoryPayload.from_dict(record.payload)
+
     target = next(iter(first))
-    await index.set_payload([(target, PayloadPatch(access_count=7, pinned=True))])
+    patch = PayloadPatch(
+        access_count=7,
+        pinned=True,
+        last_accessed_at=NOW + timedelta(hours=3, microseconds=123_456),
+        metadata={"topic": "travel"},
+        sources=[{"session_id": "s2", "message_id": "m9"}],
+        session_id=None,
+        valid_to=NOW + timedelta(days=2),
+    )
+    await index.set_payload([(target, patch)])
     patched = payloads(await index.candidates(q))[target]
     assert (patched.access_count, patched.pinned) == (7, True)
+    assert patched == stored(target)  # the cached payload is the stored one, field by field
 
     old = next(p for p in points if p.id == target)
     await index.upsert([replace(old, payload=replace(old.payload, content="rewritten text"))])
