@@ -401,8 +401,8 @@ class Settings(BaseSettings):
         default=32,
         ge=0,
         description="embedded index: memory for the stored vectors of recently recalled "
-        "points (float32), so a recall reads them from the index only the first time; "
-        "0: read every candidate's vectors on every recall",
+        "points (float32), and as many of their payloads, so a recall reads them from the "
+        "index only the first time; 0: read every candidate's on every recall",
     )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"
