@@ -155,8 +155,8 @@ class Settings(BaseSettings):
         le=600,
         description="on shutdown, how long the worker may finish its pass and jobs before "
         "they are cancelled; a cancelled pass gives its leases back and its messages are "
-        "promoted after the restart (8 s: below the 10 s a container runtime waits before "
-        "it kills)",
+        "promoted after the restart (8 s, and at most 2 s more for the cancellation: "
+        "within the 10 s a container runtime waits before it kills)",
     )
     worker_stale_seconds: float = Field(
         default=30.0,

@@ -94,13 +94,19 @@ async def run_worker(
             elif done < settings.worker_batch_messages and settings.worker_debounce_seconds:
                 await _sleep_or_stop(stop, settings.worker_debounce_seconds)
     finally:
-        if not stop.is_set():  # cancelled: the job tasks will not see `stop`
+        current = asyncio.current_task()
+        if not stop.is_set() or (current is not None and current.cancelling()):
+            # Cancelled (by a shutdown past its grace, say): the job tasks go too, or the
+            # wait below would outlast the grace with them.
             for task in jobs:
                 task.cancel()
         beating.cancel()
         await asyncio.gather(*jobs, beating, return_exceptions=True)
         await heart.stop()
         log.info("worker %s stopped", owner)
+
+
+_CANCEL_WAIT_SECONDS = 2.0  # after the grace: what a cancelled pass gets to give its leases back
 
 
 async def finish(task: asyncio.Task[None], grace: float) -> None:
@@ -113,7 +119,7 @@ async def finish(task: asyncio.Task[None], grace: float) -> None:
     if not done:
         log.warning("the worker did not stop within %.1f s; cancelling its pass", grace)
         task.cancel()
-        done, _ = await asyncio.wait({task}, timeout=grace)
+        done, _ = await asyncio.wait({task}, timeout=min(grace, _CANCEL_WAIT_SECONDS))
         if not done:
             log.error("the worker ignored its cancellation; leaving it")
             return

@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -378,20 +378,28 @@ class QdrantEdgeIndex:
         payload patches, applied to the cached payloads alike (reinforcement patches the
         points recall just returned: dropping them would empty the cache it reads)."""
 
+        def forget(ids: Iterable[uuid.UUID]) -> None:
+            for pid in ids:
+                self._vectors.pop(pid, None)
+                self._payloads.pop(pid, None)
+
         def locked() -> None:
             with self._lock:
                 if self._shard is None:
                     raise VectorStoreUnavailable("the vector index is closed")
-                fn(self._shard)
-                for pid in touched:
-                    self._vectors.pop(pid, None)
-                    self._payloads.pop(pid, None)
+                try:
+                    fn(self._shard)
+                except BaseException:
+                    # Perhaps applied in part (a patch per point): the cache forgets them.
+                    forget([*touched, *(pid for pid, _ in patched)])
+                    raise
+                if self._journal is not None:
+                    self._journal.append(fn)
+                forget(touched)
                 for pid, patch in patched:
                     cached = self._payloads.get(pid)
                     if cached is not None:
                         self._payloads[pid] = patched_payload(cached, patch)
-                if self._journal is not None:
-                    self._journal.append(fn)
 
         try:
             await asyncio.to_thread(locked)
