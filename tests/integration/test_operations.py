@@ -12,16 +12,20 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
+from app.jobs.registry import JobContext, Registry
 from app.main import create_app
 from app.settings import RefusedConfiguration
-from app.worker import run_worker
+from app.stores import jobs as job_store
+from app.worker import finish, run_worker
 from tests.conftest import Running, embedded_settings, full_settings, post_messages, turn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +116,80 @@ async def test_readyz_reports_index_lag_and_the_worker(workerless: Running) -> N
     # A worker that stopped cleanly removes its heartbeat.
     gone = (await client.get("/readyz")).json()
     assert gone["worker"]["heartbeat_age_seconds"] is None
+
+
+class _HangingEmbedder:
+    """The bundled embedder, except that a background (promotion) batch never returns: a
+    model call that hangs. Records that it was cancelled."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model_id, self.dim = inner.model_id, inner.dim
+        self.entered = asyncio.Event()
+        self.cancelled = False
+
+    async def embed(self, texts: Any, *, bulk: bool = False) -> list[list[float]]:
+        if not bulk:
+            result: list[list[float]] = await self.inner.embed(texts)
+            return result
+        self.entered.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_a_worker_cancelled_mid_pass_cancels_its_running_jobs(workerless: Running) -> None:
+    """A shutdown past its grace cancels the worker inside a promotion pass that hangs; the
+    job it runs beside hangs too. The worker must end anyway (its jobs cancelled with it),
+    within `finish`'s bound, not be left behind waiting on the job."""
+    resources = workerless.resources
+    kind = f"test.hang.{uuid.uuid4().hex[:8]}"
+    job_started, job_cancelled = asyncio.Event(), asyncio.Event()
+
+    async def hang(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
+        job_started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            job_cancelled.set()
+            raise
+        return {}
+
+    registry = Registry()
+    registry.add(kind, hang)
+    now = datetime.now(UTC)
+    async with resources.db.transaction() as tx:
+        await job_store.enqueue(
+            tx,
+            tenant_id="t-hang",
+            kind=kind,
+            key="k",
+            payload={},
+            due_at=now,
+            max_attempts=1,
+            now=now,
+        )
+    embedder = _HangingEmbedder(resources.embedder)
+    resources.embedder = embedder
+    try:
+        await post_messages(workerless, "s-hang", "u-hang", [turn("never indexed")], wait=False)
+        stop = asyncio.Event()
+        worker = asyncio.create_task(run_worker(resources, stop, registry))
+        await asyncio.wait_for(asyncio.gather(embedder.entered.wait(), job_started.wait()), 60)
+        stop.set()
+        await finish(worker, grace=0.3)
+        assert worker.done(), "finish left the worker behind, waiting on its job"
+        assert worker.cancelled()
+        assert embedder.cancelled
+        assert job_cancelled.is_set()
+    finally:
+        resources.embedder = embedder.inner
 
 
 def _free_port() -> int:
