@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -162,4 +163,52 @@ async def test_cached_payloads_follow_every_write(tmp_path: Path, room: int) -> 
 
     assert await index.delete_user(TENANT, USER) == 59
     assert payloads(await index.candidates(q)) == {}
+    await index.close()
+
+
+class _FailingSecondUpdate:
+    """The real shard, except that its second `update` raises: a write that fails part way
+    (set_payload applies one patch per point)."""
+
+    def __init__(self, shard: Any) -> None:
+        self.shard = shard
+        self.updates = 0
+
+    def update(self, op: Any) -> None:
+        self.updates += 1
+        if self.updates == 2:
+            raise RuntimeError("disk full")
+        self.shard.update(op)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shard, name)
+
+
+async def test_a_write_that_fails_part_way_leaves_no_stale_cached_payload(tmp_path: Path) -> None:
+    """The first patch is stored, the second fails: recall then shows each point as stored
+    (the first patched, the second not), not the payloads cached before the write."""
+    from app.errors import VectorStoreUnavailable
+    from app.stores.vectors import PayloadPatch
+
+    rng = np.random.default_rng(9)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=1000 * 2 * 4 * DIM)
+    await index.ensure_collection()
+    await index.upsert([point(i, rng) for i in range(30)])
+    _, asked = query(0, rng)
+    q = VectorQuery(TENANT, USER, asked.dense, asked.sparse, limit=30)
+    before = {h.id: h.payload for h in (await index.candidates(q)).dense}
+    first, second = list(before)[:2]
+    assert index._payloads[first] == before[first]  # cached
+
+    real = index._shard
+    index._shard = _FailingSecondUpdate(real)
+    with pytest.raises(VectorStoreUnavailable, match="disk full"):
+        await index.set_payload(
+            [(first, PayloadPatch(access_count=7)), (second, PayloadPatch(access_count=8))]
+        )
+    index._shard = real
+
+    after = {h.id: h.payload for h in (await index.candidates(q)).dense}
+    assert after[first].access_count == 7  # stored before the failure
+    assert after[second].access_count == before[second].access_count
     await index.close()
