@@ -339,9 +339,13 @@ class QdrantEdgeIndex:
             # One locked call: no upsert of ours slips between the count and the delete.
             found = int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
             if found:
-                self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+                op = qe.UpdateOperation.delete_points_by_filter(flt)
+                self._shard.update(op)
+                if self._journal is not None:  # a graph is being built on a copy from before
+                    self._journal.append(lambda shard: shard.update(op))
                 self._vectors.clear()
                 self._payloads.clear()
+                self._points = max(0, self._points - found)
             return found
 
         return int(await self._run(count_and_delete))

@@ -5,6 +5,7 @@ swap, and a restart opens the built directory."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,4 +127,39 @@ async def test_closing_during_a_build_leaves_the_live_directory_alone(tmp_path: 
     assert await reopened.count() == 300
     # Either the build was cut short and its copy removed, or it finished and is live.
     assert generations(tmp_path) in ([], [reopened.path.name])
+    await reopened.close()
+
+
+async def test_a_user_erased_during_a_build_stays_erased_after_the_swap(tmp_path: Path) -> None:
+    """The copy being built was taken before the erasure: the erasure must reach it too, or
+    the swap brings the erased user's memories back into recall."""
+    rng = np.random.default_rng(6)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    await index.ensure_collection()
+    points = [point(i, rng) for i in range(300)]
+    await index.upsert(points)
+    other = VectorPoint(
+        pid(9999),
+        points[0].dense,
+        points[0].sparse,
+        dataclasses.replace(points[0].payload, user_id="someone-else"),
+    )
+    await index.upsert([other])
+
+    build = asyncio.create_task(index.build_now())
+    for _ in range(60_000):  # until the copy is taken and its journal opened
+        if index._journal is not None or build.done():
+            break
+        await asyncio.sleep(0.001)
+    assert not build.done()
+    assert await index.delete_user(TENANT, USER) == 300
+    await build
+    assert index.builds == 1
+
+    assert (await index.candidates(query_for(points[0], limit=400))).dense == []
+    assert await index.count() == 1  # the other user's point only
+    await index.close()
+    reopened = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await reopened.ensure_collection()
+    assert await reopened.count() == 1
     await reopened.close()
