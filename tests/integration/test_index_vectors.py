@@ -212,3 +212,63 @@ async def test_a_write_that_fails_part_way_leaves_no_stale_cached_payload(tmp_pa
     assert after[first].access_count == 7  # stored before the failure
     assert after[second].access_count == before[second].access_count
     await index.close()
+
+
+async def test_the_sparse_list_scores_with_the_users_idf_whoever_else_shares_the_shard(
+    tmp_path: Path,
+) -> None:
+    """The sparse list's IDF is over the user's memories, whoever else's share the shard.
+    The shard's own IDF is no stand-in even when the shard holds one user's memories only:
+    it counts deleted points until the next graph build and not the points without terms
+    (bench/README.md, "The sparse list's IDF")."""
+    import dataclasses
+
+    import qdrant_edge as qe
+
+    rng = np.random.default_rng(11)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()
+    points = [point(i, rng) for i in range(40)]
+    # A memory with no terms: the user's corpus counts it, the shard's does not.
+    points.append(dataclasses.replace(points[0], id=uuid.uuid4(), sparse=terms.SparseVec([], [])))
+    await index.upsert(points)
+    _, q = query(1, rng)
+
+    def expected(per_user: bool) -> list[tuple[uuid.UUID, float]]:
+        user = qe.Filter(must=[qe.FieldCondition("user_id", match=qe.MatchValue(USER))])
+        found = index._shard.query(
+            qe.QueryRequest(
+                limit=q.limit,
+                query=qe.Query.Nearest(
+                    qe.SparseVector(q.sparse.indices, q.sparse.values), using="sparse"
+                ),
+                filter=user,
+                params=qe.SearchParams(idf=qe.IdfParams(corpus=user)) if per_user else None,
+            )
+        )
+        return [(uuid.UUID(str(p.id)), round(p.score, 5)) for p in found]
+
+    async def scored() -> list[tuple[uuid.UUID, float]]:
+        return [(h.id, round(h.score, 5)) for h in (await index.candidates(q)).sparse]
+
+    assert await scored() == expected(per_user=True)
+    assert expected(per_user=True) != expected(per_user=False)  # the memory without terms
+
+    # Another user's memories, full of the query's terms: the shard's IDF is not the user's.
+    others = [
+        dataclasses.replace(
+            p,
+            id=uuid.uuid4(),
+            payload=dataclasses.replace(p.payload, user_id="other"),
+            sparse=terms.document_vector(" ".join(WORDS) + " note"),
+        )
+        for p in points[:30]
+    ]
+    await index.upsert(others)
+    assert expected(per_user=True) != expected(per_user=False)
+    assert await scored() == expected(per_user=True)
+
+    await index.delete_user(TENANT, "other")
+    assert await scored() == expected(per_user=True)
+    assert expected(per_user=True) != expected(per_user=False)  # the deleted ones count
+    await index.close()
