@@ -22,9 +22,8 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-import jieba.posseg
+from functools import cache
+from typing import Any, Literal
 
 from app.core.terms import CHINESE_STOPWORDS, ENGLISH_STOPWORDS
 
@@ -93,6 +92,22 @@ class Rewrite:
     usage: dict[str, int] | None = None  # the LLM's tokens, when one ran
 
 
+@cache
+def _pos_tagger() -> Any:
+    """jieba's part-of-speech tagger, imported at its first use: its HMM tables take ~52 MB
+    (bench/README.md, "Memory at start"), which a service that never rewrites a Chinese
+    follow-up need not hold. The first such request waits for the import once (~0.2 s
+    on a 2-core machine, the dictionary being loaded already)."""
+    import jieba.posseg
+
+    return jieba.posseg
+
+
+def _pos_cut(text: str) -> list[tuple[str, str]]:
+    """(word, part-of-speech tag) of a Chinese text."""
+    return [(pair.word, pair.flag) for pair in _pos_tagger().cut(text)]
+
+
 def _english_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
@@ -111,7 +126,7 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
     """(term, weight) of one turn: names count double."""
     out: list[tuple[str, float]] = []
     if _CJK.search(text):
-        for word, tag in jieba.posseg.cut(text):
+        for word, tag in _pos_cut(text):
             word = word.strip()
             if not word or word in CHINESE_STOPWORDS or not tag.startswith(_ZH_NOUN_TAGS):
                 continue
@@ -187,7 +202,7 @@ def unknown_entities(text: str, known: str) -> list[str]:
     names: list[str] = []
     chinese = bool(_CJK.search(text))
     if chinese:
-        names += [w for w, tag in jieba.posseg.cut(text) if tag in ("nr", "ns", "nt", "nz")]
+        names += [w for w, tag in _pos_cut(text) if tag in ("nr", "ns", "nt", "nz")]
     for sentence in re.split(r"(?<=[.!?。？！])\s*", text):
         for i, match in enumerate(_WORD.finditer(sentence)):
             word = match.group(0).strip("'-")
@@ -227,6 +242,6 @@ def _person_like(term: str, turns: Sequence[Turn]) -> bool:
         return any(
             word == term and tag == "nr"
             for t in turns[-RECENT_TURNS:]
-            for word, tag in jieba.posseg.cut(t.content)
+            for word, tag in _pos_cut(t.content)
         )
     return term[:1].isupper()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from app.core.rewrite import (
@@ -20,6 +24,8 @@ SISTER = [
     Turn("user", "My sister Maria is visiting next week."),
     Turn("assistant", "That sounds lovely! Where will she stay?"),
 ]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -124,3 +130,20 @@ def test_a_name_opening_a_sentence_is_still_a_name() -> None:
     result = heuristic_rewrite("Which dishes can she eat?", turns)
     assert result.rewritten.startswith("Which dishes can Maria eat?")
     assert "exciting" not in result.rewritten.lower()
+
+
+def test_the_part_of_speech_tagger_loads_at_its_first_use_only() -> None:
+    """Its tables take ~52 MB: a service that never rewrites a Chinese follow-up should
+    not hold them (the service's modules do not import it), and the first one loads it."""
+    code = (
+        "import sys\n"
+        "import app.main\n"
+        "from app.core import rewrite\n"
+        "assert 'jieba.posseg' not in sys.modules, 'imported at start'\n"
+        "assert rewrite.unknown_entities('玛丽亚明天到', '') == ['玛丽亚']\n"
+        "assert 'jieba.posseg' in sys.modules\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
