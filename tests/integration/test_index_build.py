@@ -41,6 +41,11 @@ def pid(i: int) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"build-test/{i}")
 
 
+def unit(v: list[float]) -> np.ndarray:
+    a = np.asarray(v, dtype=np.float32)
+    return a / np.linalg.norm(a)
+
+
 def generations(root: Path) -> list[str]:
     return sorted(p.name for p in root.glob("c.gen*"))
 
@@ -163,3 +168,81 @@ async def test_a_user_erased_during_a_build_stays_erased_after_the_swap(tmp_path
     await reopened.ensure_collection()
     assert await reopened.count() == 1
     await reopened.close()
+
+
+async def test_a_shard_written_before_the_turn_layout_opens_answers_and_builds(
+    tmp_path: Path,
+) -> None:
+    """A shard whose `turn` vectors are float32 with a graph (before this version) cannot
+    change their type: it opens with what it can take (no graph for `turn`, on disk if
+    asked), answers as before, and a build carries it over."""
+    import json
+
+    import qdrant_edge as qe
+
+    rng = np.random.default_rng(8)
+    points = [point(i, rng) for i in range(300)]
+    old = qe.EdgeConfig(
+        vectors={
+            n: qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine) for n in ("dense", "turn")
+        },
+        sparse_vectors={"sparse": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+    )
+    (tmp_path / "c").mkdir()
+    shard = qe.EdgeShard.create(str(tmp_path / "c"), old)
+    shard.update(
+        qe.UpdateOperation.upsert_points(
+            [
+                qe.Point(
+                    p.id,
+                    {
+                        "dense": p.dense,
+                        "turn": p.turn_vector,
+                        "sparse": qe.SparseVector(p.sparse.indices, p.sparse.values),
+                    },
+                    p.payload.to_dict(),
+                )
+                for p in points
+            ]
+        )
+    )
+    shard.flush()
+    shard.close()
+
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, turn_on_disk=True)
+    await index.ensure_collection()
+    stored = json.loads((index.path / "edge_config.json").read_text())["vectors"]["turn"]
+    assert stored["memory"] == "cold"
+    assert stored["hnsw_config"]["m"] == 0
+    assert "datatype" not in stored  # still float32: the type of stored vectors stays
+    hits = await index.candidates(query_for(points[3], limit=10))
+    assert hits.dense[0].id == points[3].id
+    assert hits.dense[0].vectors is not None
+    assert np.allclose(hits.dense[0].vectors.turn, unit(points[3].turn_vector), atol=1e-6)
+    await index.upsert([point(i, rng) for i in range(300, 350)])
+    await index.build_now()
+    assert await index.count() == 350
+    assert await nearest(index, points[7]) == points[7].id
+    await index.close()
+
+
+async def test_a_new_shard_stores_turn_vectors_as_float16(tmp_path: Path) -> None:
+    """Half the memory for the vector that is read back, never searched; what recall scores
+    with stays within float16's precision of what was written."""
+    import json
+
+    rng = np.random.default_rng(9)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()
+    points = [point(i, rng) for i in range(50)]
+    await index.upsert(points)
+    stored = json.loads((index.path / "edge_config.json").read_text())["vectors"]
+    assert stored["turn"]["datatype"] == "float16"
+    assert "datatype" not in stored["dense"]  # searched: float32
+    hits = (await index.candidates(query_for(points[5], limit=5))).dense
+    assert hits[0].id == points[5].id
+    assert hits[0].vectors is not None
+    written = unit(points[5].turn_vector)  # cosine: stored normalised
+    assert not np.array_equal(hits[0].vectors.turn, written)  # rounded to float16 ...
+    assert np.allclose(hits[0].vectors.turn, written, rtol=1e-3, atol=1e-3)  # ... no further
+    await index.close()
