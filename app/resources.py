@@ -152,7 +152,6 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
                 build_min_points=settings.index_build_min_points,
                 build_fraction=settings.index_build_fraction,
                 vector_cache_bytes=settings.index_vector_cache_mb * 2**20,
-                turn_on_disk=settings.index_turn_on_disk,
             )
         stack.push_async_callback(vectors.close)
         await vectors.ensure_collection()

@@ -404,12 +404,6 @@ class Settings(BaseSettings):
         "points (float32), and as many of their payloads, so a recall reads them from the "
         "index only the first time; 0: read every candidate's on every recall",
     )
-    index_turn_on_disk: bool = Field(
-        default=False,
-        description="embedded index: keep each memory's `turn` vector (read back for scoring, "
-        "never searched) on disk instead of in memory: ~1 kB less resident per memory, and "
-        "~2 ms more for a recall at 100k memories whose candidates are not cached",
-    )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"
     )

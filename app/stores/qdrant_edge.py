@@ -79,14 +79,12 @@ class QdrantEdgeIndex:
         build_min_points: int = 0,
         build_fraction: float = 0.2,
         vector_cache_bytes: int = 0,
-        turn_on_disk: bool = False,
     ) -> None:
         self.root = path
         self.collection = collection
         self.dim = dim
         self.build_min_points = build_min_points
         self.build_fraction = build_fraction
-        self.turn_on_disk = turn_on_disk
         self._shard: Any = None
         self._lock = threading.Lock()
         self.path = self._live_path()
@@ -136,12 +134,10 @@ class QdrantEdgeIndex:
 
     def _create_or_load(self, qe: Any) -> None:
         if (self.path / "edge_config.json").exists() or any(self.path.glob("segments*")):
-            self._shard = _load_with_layout(qe, self.path, self.dim, self.turn_on_disk)
+            self._shard = _load_with_layout(qe, self.path, self.dim)
         else:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._shard = qe.EdgeShard.create(
-                str(self.path), _layout(qe, self.dim, turn_on_disk=self.turn_on_disk)
-            )
+            self._shard = qe.EdgeShard.create(str(self.path), _layout(qe, self.dim))
         # Also on a shard written by an older version: an index added since (`FLOAT_FIELDS`)
         # is built from the payload already stored.
         have = set(self._shard.info().payload_schema)
@@ -564,22 +560,18 @@ def _frozen(values: Sequence[float] | None) -> NDArray[np.float32]:
     return out
 
 
-def _layout(qe: Any, dim: int, *, turn_on_disk: bool, float16: bool = True) -> Any:
+def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
     """How a shard holds its points (bench/README.md, "Memory of the index").
 
     The `turn` vector is read back by id, never searched: it is stored as float16 (its
-    cosines within ~1e-3 of float32's) with no HNSW graph, ~1 kB less per memory (~100 MiB
-    at 100k memories). `turn_on_disk` also keeps it out of memory (`Memory.Cold`): ~1 kB
-    more, but a recall whose candidates are not cached reads them from disk (+~2 ms at
-    100k). The searched `dense` vector stays float32 in memory: float16 made a graph
-    search ~0.7 ms slower (no half-precision arithmetic on this CPU).
+    cosines within ~1e-3 of float32's) with no HNSW graph, ~1 kB less per memory and a
+    graph build's peak ~190 MiB lower at 20k memories. The searched `dense` vector stays
+    float32: float16 made a graph search ~0.7 ms slower (no half-precision arithmetic on
+    this CPU). Kept on disk (`Memory.Cold`), `turn` saved nothing under recall load.
 
     `float16=False` is the layout a shard written before this version can take: a stored
-    vector's type cannot change, but where it is held and its graph can, and the segments
-    written from then on (a graph build rewrites them all) take them."""
-    turn: dict[str, Any] = {"memory": qe.Memory.Cold} if turn_on_disk else {}
-    if float16:
-        turn["datatype"] = qe.VectorStorageDatatype.Float16
+    vector's type cannot change, but its graph can, and the segments written from then on
+    (a graph build rewrites them all) take it."""
     return qe.EdgeConfig(
         vectors={
             "dense": qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine),
@@ -587,19 +579,18 @@ def _layout(qe: Any, dim: int, *, turn_on_disk: bool, float16: bool = True) -> A
                 size=dim,
                 distance=qe.Distance.Cosine,
                 hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10000),
-                **turn,
+                **({"datatype": qe.VectorStorageDatatype.Float16} if float16 else {}),
             ),
         },
         sparse_vectors={"sparse": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
     )
 
 
-def _load_with_layout(qe: Any, path: Path, dim: int, turn_on_disk: bool) -> Any:
+def _load_with_layout(qe: Any, path: Path, dim: int) -> Any:
     """Load a shard, giving it today's layout where its stored vectors allow it."""
     for float16 in (True, False):
-        layout = _layout(qe, dim, turn_on_disk=turn_on_disk, float16=float16)
         try:
-            return qe.EdgeShard.load(str(path), layout)
+            return qe.EdgeShard.load(str(path), _layout(qe, dim, float16=float16))
         except Exception as exc:  # a layout its segments cannot take: the next, or as it is
             log.debug("shard %s keeps its layout (%s)", path, exc)
     return qe.EdgeShard.load(str(path))

@@ -174,8 +174,8 @@ async def test_a_shard_written_before_the_turn_layout_opens_answers_and_builds(
     tmp_path: Path,
 ) -> None:
     """A shard whose `turn` vectors are float32 with a graph (before this version) cannot
-    change their type: it opens with what it can take (no graph for `turn`, on disk if
-    asked), answers as before, and a build carries it over."""
+    change their type: it opens with what it can take (no graph for `turn`), answers as
+    before, and a build carries it over."""
     import json
 
     import qdrant_edge as qe
@@ -209,10 +209,9 @@ async def test_a_shard_written_before_the_turn_layout_opens_answers_and_builds(
     shard.flush()
     shard.close()
 
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, turn_on_disk=True)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
     stored = json.loads((index.path / "edge_config.json").read_text())["vectors"]["turn"]
-    assert stored["memory"] == "cold"
     assert stored["hnsw_config"]["m"] == 0
     assert "datatype" not in stored  # still float32: the type of stored vectors stays
     hits = await index.candidates(query_for(points[3], limit=10))
