@@ -333,11 +333,15 @@ class QdrantEdgeIndex:
             found = int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
             if found:
                 op = qe.UpdateOperation.delete_points_by_filter(flt)
-                self._shard.update(op)
-                if self._journal is not None:  # a graph is being built on a copy from before
-                    self._journal.append(lambda shard: shard.update(op))
-                self._vectors.clear()
-                self._payloads.clear()
+                try:
+                    self._shard.update(op)
+                finally:
+                    # A graph being built on a copy from before gets the erasure too, even
+                    # one that failed part way here: it is retried, and must not come back.
+                    if self._journal is not None:
+                        self._journal.append(lambda shard: shard.update(op))
+                    self._vectors.clear()
+                    self._payloads.clear()
                 self._points = max(0, self._points - found)
             return found
 
@@ -387,8 +391,12 @@ class QdrantEdgeIndex:
                 try:
                     fn(self._shard)
                 except BaseException:
-                    # Perhaps applied in part (a patch per point): the cache forgets them.
+                    # Perhaps applied in part (a patch per point): the cache forgets them,
+                    # and a copy being built gets it whole (every write here is idempotent,
+                    # and its caller retries it: a delete must not come back at the swap).
                     forget([*touched, *(pid for pid, _ in patched)])
+                    if self._journal is not None:
+                        self._journal.append(fn)
                     raise
                 if self._journal is not None:
                     self._journal.append(fn)
@@ -539,8 +547,8 @@ def patched_payload(payload: MemoryPayload, patch: PayloadPatch) -> MemoryPayloa
 
 
 def _stored(vector: Any) -> StoredVectors:
-    """A point's vectors as recall reads them: float32 arrays (the index stores float32, so
-    the values are the same as the lists it hands out), the turn vector defaulting to the
+    """A point's vectors as recall reads them: float32 arrays (the values the index hands
+    out: `dense` as stored, `turn` widened from float16), the turn vector defaulting to the
     dense one."""
     named = vector if isinstance(vector, dict) else {}
     dense = _frozen(named.get("dense"))
@@ -587,12 +595,19 @@ def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
 
 
 def _load_with_layout(qe: Any, path: Path, dim: int) -> Any:
-    """Load a shard, giving it today's layout where its stored vectors allow it."""
-    for float16 in (True, False):
+    """Load a shard, giving it today's layout where its stored vectors allow it: the
+    `turn` type its config names (a load with another fails only after reading every
+    segment), or, without a readable config, each in turn."""
+    try:
+        stored = json.loads((path / "edge_config.json").read_text())["vectors"]["turn"]
+        choices: tuple[bool, ...] = (stored.get("datatype") == "float16",)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        choices = (True, False)
+    for float16 in choices:
         try:
             return qe.EdgeShard.load(str(path), _layout(qe, dim, float16=float16))
         except Exception as exc:  # a layout its segments cannot take: the next, or as it is
-            log.debug("shard %s keeps its layout (%s)", path, exc)
+            log.warning("shard %s keeps its stored layout (%s)", path, exc)
     return qe.EdgeShard.load(str(path))
 
 

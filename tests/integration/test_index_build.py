@@ -9,8 +9,10 @@ import dataclasses
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 from app.core import terms
 from app.stores.qdrant_edge import QdrantEdgeIndex
@@ -158,6 +160,7 @@ async def test_a_user_erased_during_a_build_stays_erased_after_the_swap(tmp_path
         await asyncio.sleep(0.001)
     assert not build.done()
     assert await index.delete_user(TENANT, USER) == 300
+    assert index.status()["points"] == 1
     await build
     assert index.builds == 1
 
@@ -222,6 +225,14 @@ async def test_a_shard_written_before_the_turn_layout_opens_answers_and_builds(
     await index.build_now()
     assert await index.count() == 350
     assert await nearest(index, points[7]) == points[7].id
+    built = json.loads((index.path / "edge_config.json").read_text())["vectors"]["turn"]
+    assert index.path.name.startswith("c.gen")  # the built copy, optimised by the child
+    assert built["hnsw_config"]["m"] == 0
+    assert "datatype" not in built
+    again = (await index.candidates(query_for(points[11], limit=400))).dense
+    found = next(h for h in again if h.id == points[11].id)
+    assert found.vectors is not None
+    assert np.allclose(found.vectors.turn, unit(points[11].turn_vector), atol=1e-6)
     await index.close()
 
 
@@ -244,4 +255,48 @@ async def test_a_new_shard_stores_turn_vectors_as_float16(tmp_path: Path) -> Non
     written = unit(points[5].turn_vector)  # cosine: stored normalised
     assert not np.array_equal(hits[0].vectors.turn, written)  # rounded to float16 ...
     assert np.allclose(hits[0].vectors.turn, written, rtol=1e-3, atol=1e-3)  # ... no further
+    await index.close()
+
+
+class _AppliesThenFails:
+    """The real shard, except that `update` raises after applying: a write whose outcome
+    the caller cannot know."""
+
+    def __init__(self, shard: Any) -> None:
+        self.shard = shard
+
+    def update(self, op: Any) -> None:
+        self.shard.update(op)
+        raise RuntimeError("disk full")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shard, name)
+
+
+async def test_an_erasure_that_fails_during_a_build_still_reaches_the_copy(
+    tmp_path: Path,
+) -> None:
+    """The live shard applied the erasure, then the call failed: the copy being built gets
+    it too, so the swap does not bring the erased memories back."""
+    from app.errors import VectorStoreUnavailable
+
+    rng = np.random.default_rng(10)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    await index.ensure_collection()
+    points = [point(i, rng) for i in range(300)]
+    await index.upsert(points)
+    build = asyncio.create_task(index.build_now())
+    for _ in range(60_000):
+        if index._journal is not None or build.done():
+            break
+        await asyncio.sleep(0.001)
+    assert not build.done()
+    real = index._shard
+    index._shard = _AppliesThenFails(real)
+    with pytest.raises(VectorStoreUnavailable, match="disk full"):
+        await index.delete_user(TENANT, USER)
+    index._shard = real
+    await build
+    assert index.builds == 1
+    assert (await index.candidates(query_for(points[0], limit=400))).dense == []
     await index.close()
