@@ -96,11 +96,24 @@ class Rewrite:
 def _pos_tagger() -> Any:
     """jieba's part-of-speech tagger, imported at its first use: its HMM tables take ~52 MB
     (bench/README.md, "Memory at start"), which a service that never rewrites a Chinese
-    follow-up need not hold. The first such request waits for the import once (~0.2 s
-    on a 2-core machine, the dictionary being loaded already)."""
+    follow-up need not hold. The first such request waits for the import once (a few
+    hundred ms on a 2-core machine); the service runs it in a thread (`load_tagger`)."""
     import jieba.posseg
 
     return jieba.posseg
+
+
+def tagger_missing_for(query: str, turns: Sequence[Turn]) -> bool:
+    """True when this rewrite needs the tagger (Chinese in the query or the turns) and it is
+    not loaded yet: a caller on the event loop then runs `load_tagger` in a thread, so the
+    first import does not hold up every other request."""
+    if _pos_tagger.cache_info().currsize:
+        return False
+    return bool(_CJK.search(query)) or any(_CJK.search(t.content) for t in turns)
+
+
+def load_tagger() -> None:
+    _pos_tagger()
 
 
 def _pos_cut(text: str) -> list[tuple[str, str]]:

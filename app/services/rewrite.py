@@ -11,12 +11,21 @@ one is returned as asked, and costs no LLM call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from app.core.rewrite import Rewrite, Turn, heuristic_rewrite, needs_context, unknown_entities
+from app.core.rewrite import (
+    Rewrite,
+    Turn,
+    heuristic_rewrite,
+    load_tagger,
+    needs_context,
+    tagger_missing_for,
+    unknown_entities,
+)
 from app.providers.llm import LLM, LLMError
 from app.schemas.rewrite import RewriteRequest, RewriteResponse
 from app.services.ingest import IngestService
@@ -78,6 +87,8 @@ class RewriteService:
         heuristic's."""
         if not turns or not needs_context(query):
             return Rewrite(query, query, False, "none")
+        if tagger_missing_for(query, turns):
+            await asyncio.to_thread(load_tagger)  # its first import, off the event loop
         if self.llm is not None:
             try:
                 result = await self.llm.complete_json(

@@ -147,3 +147,22 @@ def test_the_part_of_speech_tagger_loads_at_its_first_use_only() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_tagger_is_wanted_only_for_chinese_and_only_until_it_is_loaded() -> None:
+    """What tells the service to import it off the event loop: an English follow-up over
+    English turns never asks for it; a Chinese one asks until it is loaded."""
+    code = (
+        "from app.core.rewrite import Turn, load_tagger, tagger_missing_for\n"
+        "en = [Turn('user', 'My sister Maria is visiting.')]\n"
+        "zh = [Turn('user', '我妹妹玛丽亚下周来。')]\n"
+        "assert not tagger_missing_for('What does she eat?', en)\n"
+        "assert tagger_missing_for('她吃什么？', en)\n"
+        "assert tagger_missing_for('What does she eat?', zh)\n"
+        "load_tagger()\n"
+        "assert not tagger_missing_for('她吃什么？', zh)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
