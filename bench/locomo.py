@@ -203,7 +203,12 @@ class Answer:
     tokens: list[int] = field(default_factory=list)
 
 
-async def recall_all(api: Api, conversations: list[Conversation], concurrency: int) -> list[Answer]:
+async def recall_all(
+    api: Api,
+    conversations: list[Conversation],
+    concurrency: int,
+    min_relevance: float | None = None,
+) -> list[Answer]:
     by_index = {c.index: c for c in conversations}
     questions = [q for c in conversations for q in c.questions]
 
@@ -216,6 +221,8 @@ async def recall_all(api: Api, conversations: list[Conversation], concurrency: i
             "as_of": conv.as_of.isoformat(),
             "reinforce": False,
         }
+        if min_relevance is not None:
+            body["min_relevance"] = min_relevance
         data, ms = await api.recall(body)
         if data is None:
             return Answer(q, False, ms, None, [], [])
@@ -368,7 +375,7 @@ async def main_async(args: argparse.Namespace) -> int:
             _print_ingest(ing)
 
         start = time.monotonic()
-        answers = await recall_all(api, conversations, args.concurrency)
+        answers = await recall_all(api, conversations, args.concurrency, args.min_relevance)
         recall_s = time.monotonic() - start
         good = [a for a in answers if a.ok]
         client = summarize([a.client_ms for a in good])
@@ -433,6 +440,7 @@ async def main_async(args: argparse.Namespace) -> int:
             "ingest": ing,
             "recall": {
                 "top_k": TOP_K,
+                "min_relevance": args.min_relevance,
                 "concurrency": args.concurrency,
                 "seconds": recall_s,
                 "ok": len(good),
@@ -484,6 +492,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--recall-only",
         action="store_true",
         help="skip ingest: the server's data dir already holds these conversations",
+    )
+    p.add_argument(
+        "--min-relevance",
+        type=float,
+        default=None,
+        help="recall's min_relevance (default: the service's own default)",
     )
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--api-key", default=os.environ.get("STRATA_API_KEY"))

@@ -198,7 +198,9 @@ async def ingest(api: Api, items: list[Item], batch: int, concurrency: int, time
     }
 
 
-async def recall(api: Api, items: list[Item], top_k: int, concurrency: int) -> JSON:
+async def recall(
+    api: Api, items: list[Item], top_k: int, concurrency: int, min_relevance: float | None = None
+) -> JSON:
     """Per question: ranked haystack sessions from user-turn results, and from all results."""
     out: JSON = {}
 
@@ -212,6 +214,8 @@ async def recall(api: Api, items: list[Item], top_k: int, concurrency: int) -> J
             "as_of": item.as_of.isoformat(),
             "reinforce": False,
         }
+        if min_relevance is not None:
+            body["min_relevance"] = min_relevance
         data, ms = await api.recall(body)
         if data is None:
             return
@@ -321,7 +325,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 f"{fmt(ing['indexed_messages_per_s'], 0)} messages/s"
             )
         start = time.monotonic()
-        service = await recall(api, items, args.top_k, args.concurrency)
+        service = await recall(api, items, args.top_k, args.concurrency, args.min_relevance)
         recall_s = time.monotonic() - start
         took = summarize([v["took_ms"] for v in service.values()])
         print(
@@ -412,6 +416,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="ingest only the user turns (the keys) or every turn",
     )
     p.add_argument("--top-k", type=int, default=200, help="results per recall (1..200)")
+    p.add_argument(
+        "--min-relevance",
+        type=float,
+        default=None,
+        help="recall's min_relevance (default: the service's own default)",
+    )
     p.add_argument("--batch", type=int, default=1000, help="messages per ingest call")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--no-baselines", action="store_true")
