@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.relevance import DEFAULT_MIN_RELEVANCE
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STRATA_", env_file=".env", extra="ignore")
@@ -332,7 +334,7 @@ class Settings(BaseSettings):
     importance_intrinsic_share: float = Field(default=0.7, ge=0, le=1)
     rrf_k: int = Field(default=10, ge=1)
     reinforce_min_relevance: float = Field(
-        default=0.25,
+        default=DEFAULT_MIN_RELEVANCE,
         ge=0,
         le=1,
         description="a recall result reinforces its memory only when its calibrated relevance "
@@ -356,6 +358,11 @@ class Settings(BaseSettings):
         "the query (zh vs en): only the encoder can match it",
     )
     sparse_weight: float = Field(default=1.0, gt=0)
+    cross_language_relevance: bool = Field(
+        default=True,
+        description="put the relevance of a memory in another language than the query (zh vs "
+        "en) on the same-language scale (app.core.relevance.CrossLanguage); off only to refit it",
+    )
     relevance_share: float = Field(
         default=0.5,
         ge=0,

@@ -206,6 +206,11 @@ def language(text: str) -> Language:
     return "zh" if share > 0.8 else "en" if share < 0.2 else "mixed"
 
 
+def cross_language(a: Language, b: Language) -> bool:
+    """One text Chinese and the other English (a mixed text shares a language with both)."""
+    return a != b and "mixed" not in (a, b)
+
+
 def states_change(text: str) -> bool:
     """Does the text say something changed (改成, 取消, instead, no longer, moved …)?"""
     return _CHANGE.search(text) is not None
@@ -225,9 +230,9 @@ class FusionWeights:
     dense_cross: float = 4.0  # candidate in another language: only the encoder can match it
 
     def dense_for(self, query_language: Language, candidate_language: Language) -> float:
-        if "mixed" in (query_language, candidate_language) or query_language == candidate_language:
-            return self.dense_same
-        return self.dense_cross
+        if cross_language(query_language, candidate_language):
+            return self.dense_cross
+        return self.dense_same
 
     def best(self) -> float:
         """The fused score of rank one in both lists at the base weights: the normaliser."""

@@ -24,9 +24,49 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+
+_F = TypeVar("_F", float, NDArray[np.float64])
+
+
+@dataclass(frozen=True, slots=True)
+class CrossLanguage:
+    """Puts a cross-language pair (a Chinese query and an English memory, or the reverse) on
+    the scale of a same-language pair, on the log-odds before `shift`:
+
+        z ↦ scale · z + turn · cos_turn + short · [≤ 3 index terms] + asks · [only asks]
+            + lacks · [a when/where question, and the memory names no time/place] + offset
+
+    Such a pair shares no terms by construction, and the coverage terms of the calibration
+    read that as "no lexical match". What is left is the encoder, whose cosine with the
+    turn's own text (not its blended context) tells evidence from its neighbours, and the
+    shape of the turn: the encoder likes short generic turns ("How do you like it?") as
+    much as facts. The flags are `app.core.ranking`'s filler and answer-type tests; no
+    cross-language evidence of the fitting set has one, so their weights come from a
+    standard normal prior as much as from the data. Fitted on a bilingual set held apart
+    from the development set (`bench/experiments/cross_language_fit.py`)."""
+
+    scale: float
+    turn: float
+    short: float
+    asks: float
+    lacks: float
+    offset: float
+
+    def apply(self, z: _F, cos_turn: _F, short: _F, asks: _F, lacks: _F) -> _F:
+        """The map, on floats or elementwise on arrays (flags as 0/1)."""
+        out: _F = (
+            self.scale * z
+            + self.turn * cos_turn
+            + self.short * short
+            + self.asks * asks
+            + self.lacks * lacks
+            + self.offset
+        )
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +77,27 @@ class Calibration:
     cov_chunk: float
     bias: float
     shift: float
+    cross: CrossLanguage | None = None
 
-    def __call__(self, f: Features) -> float:
+    def __call__(
+        self,
+        f: Features,
+        cross_language: bool = False,
+        short: bool = False,
+        asks: bool = False,
+        lacks: bool = False,
+    ) -> float:
+        """The relevance of one candidate; the flags matter to a cross-language pair only."""
         z = (
             self.cos_turn * f.cos_turn
             + self.cos_chunk * f.cos_chunk
             + self.cov_own * f.cov_own
             + self.cov_chunk * f.cov_chunk
             + self.bias
-            + self.shift
         )
-        return sigmoid(z)
+        if cross_language and self.cross is not None:
+            z = self.cross.apply(z, f.cos_turn, float(short), float(asks), float(lacks))
+        return sigmoid(z + self.shift)
 
     def many(
         self,
@@ -55,6 +105,10 @@ class Calibration:
         cos_chunk: NDArray[np.float64],
         cov_own: NDArray[np.float64],
         cov_chunk: NDArray[np.float64],
+        cross_language: NDArray[np.bool_] | None = None,
+        short: NDArray[np.bool_] | None = None,
+        asks: NDArray[np.bool_] | None = None,
+        lacks: NDArray[np.bool_] | None = None,
     ) -> NDArray[np.float64]:
         """`__call__` over arrays of candidates (the same sums in the same order)."""
         z = (
@@ -63,9 +117,14 @@ class Calibration:
             + self.cov_own * cov_own
             + self.cov_chunk * cov_chunk
             + self.bias
-            + self.shift
         )
-        return sigmoid_many(z)
+        if cross_language is not None and self.cross is not None:
+            n = len(z)
+            flags = [
+                np.zeros(n) if a is None else a.astype(np.float64) for a in (short, asks, lacks)
+            ]
+            z = np.where(cross_language, self.cross.apply(z, cos_turn, *flags), z)
+        return sigmoid_many(z + self.shift)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +138,22 @@ class Features:
 # bench/experiments/recall_grid.py, USE-m3 (512-d), one memory per turn, dense context 1
 # turn at 0.5, sparse context 2 turns at 0.5.
 PLAIN_COVERAGE = Calibration(
-    cos_turn=-3.049, cos_chunk=7.987, cov_own=3.293, cov_chunk=3.060, bias=-8.944, shift=6.3
+    cos_turn=-3.049,
+    cos_chunk=7.987,
+    cov_own=3.293,
+    cov_chunk=3.060,
+    bias=-8.944,
+    shift=6.3,
+    # bench/experiments/cross_language_fit.py on bench/data/bilingual_calibration.json
+    # (80 questions, 53 cross-language evidence turns among their candidates).
+    cross=CrossLanguage(
+        scale=1.374, turn=7.260, short=-0.565, asks=-1.182, lacks=-1.734, offset=3.552
+    ),
 )
 
 
-# Recall's default `min_relevance` (bench/README.md, "Recall trust": the measured table).
+# Recall's default `min_relevance` (bench/README.md, "Cross-language relevance": the
+# measured table). The highest tried that costs neither LoCoMo nor LongMemEval_S anything.
 DEFAULT_MIN_RELEVANCE = 0.25
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -187,7 +187,11 @@ class Score:
         penalties: ranking.Penalties | None = None,
     ) -> None:
         self.settings = settings
-        self.calibration = calibration
+        # Off, a cross-language pair is scored as any other (the map is then refitted
+        # against such a server: bench/experiments/cross_language_fit.py).
+        self.calibration = (
+            calibration if settings.cross_language_relevance else replace(calibration, cross=None)
+        )
         self.penalties = penalties or ranking.Penalties(
             no_answer_type=settings.answer_type_penalty,
             outside_period=settings.named_period_penalty,
@@ -220,8 +224,10 @@ class Score:
         period = self._period(spec)
         fused = np.empty(n)
         last, intrinsic, access = np.empty(n), np.empty(n), np.empty(n)
+        query_language, cross = ranking.language(spec.query), np.zeros(n, dtype=bool)
         for i, (hit, f) in enumerate(hits):
             p = hit.payload
+            cross[i] = ranking.cross_language(query_language, language_of(p.content, p.role))
             own_terms, index_terms[i], asking[i] = analysis(
                 p.content, p.role, self.penalties.asking_terms
             )
@@ -236,7 +242,10 @@ class Score:
             last[i] = (now - (p.last_accessed_at or p.created_at)).total_seconds()
             intrinsic[i] = 1.0 if p.pinned else p.importance
             access[i] = p.access_count
-        rel = self.calibration.many(turn_cos, chunk_cos, cov_own, cov_chunk)
+        short = index_terms <= self.penalties.short_terms
+        rel = self.calibration.many(
+            turn_cos, chunk_cos, cov_own, cov_chunk, cross, short, asking, lacks
+        )
         # ranking.own_match and ranking.penalty_factor, elementwise
         with np.errstate(divide="ignore", invalid="ignore"):
             term_share = np.where(cov_chunk > 0, cov_own / np.where(cov_chunk > 0, cov_chunk, 1), 0)
@@ -308,10 +317,18 @@ class Score:
         best = self.fusion.best()
         kind = ranking.asks_for(spec.query) if self.penalties.no_answer_type else None
         period = self._period(spec)
+        query_language = ranking.language(spec.query)
         candidates = []
         for n, (hit, fused) in enumerate(hits):
             rel, fused_norm, own = self._match(
-                hit, pool, fused / best, float(turn_cos[n]), float(chunk_cos[n]), kind, period
+                hit,
+                pool,
+                fused / best,
+                float(turn_cos[n]),
+                float(chunk_cos[n]),
+                kind,
+                period,
+                ranking.cross_language(query_language, ranking.language(hit.payload.text)),
             )
             key = (1 - share) * fused_norm + share * rel
             recency, importance = self._terms(hit, now, pool.max_access)
@@ -328,6 +345,7 @@ class Score:
         cos_chunk: float,
         kind: ranking.AnswerType | None,
         period: tuple[datetime, datetime] | None,
+        cross_language: bool,
     ) -> tuple[float, float, float]:
         """(calibrated relevance, penalised fused score, own match) of one candidate."""
         p = hit.payload
@@ -341,17 +359,22 @@ class Score:
             cov_chunk=relevance.coverage(pool.query_terms, chunk_terms | own_terms),
         )
         own = ranking.own_match(f.cov_own, f.cov_chunk, f.cos_turn, f.cos_chunk)
+        index_terms = len(terms.tokenize(text))
+        asks = ranking.asks_only(p.role, text, self.penalties.asking_terms)
+        lacks = kind is not None and not ranking.names(text, kind)
         factor = ranking.penalty_factor(
             own,
-            len(terms.tokenize(text)),
-            ranking.asks_only(p.role, text, self.penalties.asking_terms),
+            index_terms,
+            asks,
             self.penalties,
-            kind is not None and not ranking.names(text, kind),
+            lacks,
             period is not None
             and p.kind != "summary"
             and not period[0] <= p.created_at < period[1],
         )
-        return self.calibration(f), min(1.0, max(0.0, fused_norm)) * factor, own
+        short = index_terms <= self.penalties.short_terms
+        rel = self.calibration(f, cross_language, short, asks, lacks)
+        return rel, min(1.0, max(0.0, fused_norm)) * factor, own
 
     def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float]:
         """(recency, importance) of one candidate."""

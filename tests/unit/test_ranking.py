@@ -234,3 +234,11 @@ def test_coverage_is_the_share_of_distinct_query_terms() -> None:
     assert relevance.coverage({1, 2, 3, 4}, [2, 4, 9]) == 0.5
     assert relevance.coverage(set(), [1]) == 0.0
     assert relevance.coverage({1}, set()) == 0.0
+
+
+def test_cross_language_is_chinese_against_english() -> None:
+    assert ranking.cross_language("zh", "en")
+    assert ranking.cross_language("en", "zh")
+    assert not ranking.cross_language("zh", "zh")
+    assert not ranking.cross_language("en", "mixed")
+    assert not ranking.cross_language("mixed", "zh")

@@ -185,6 +185,38 @@ def test_a_candidate_in_another_language_weighs_its_dense_rank_more() -> None:
     assert [h.id.int for h, _ in cross].index(1) == 1
 
 
+def test_a_cross_language_pair_is_put_on_the_same_language_scale() -> None:
+    """A Chinese memory shares no term with an English query: without the map its
+    relevance reads "no lexical match"; with it, the encoder's cosines carry it. A memory
+    in the query's language keeps the calibration's value."""
+    near = [0.9, 0.43589, 0.0]  # cosine 0.9 with QUERY
+    zh = hit(1, content="我上个月搬到了里斯本", dense=near, turn=near)
+    en = hit(2, content="I moved to Lisbon last month", dense=near, turn=near)
+    pool = Pool(CandidateLists([zh, en], []), 0, QUERY, frozenset())
+    plain = Score(Settings(_env_file=None, cross_language_relevance=False))
+    s = spec(query="where do I live")
+    mapped = {c.hit.id.int: c.semantic for c in score(s, pool)}
+    unmapped = {c.hit.id.int: c.semantic for c in plain(s, pool)}
+    assert mapped[2] == unmapped[2]
+    assert mapped[1] > unmapped[1]
+    cal = relevance.PLAIN_COVERAGE
+    assert cal.cross is not None
+    z = cal.cos_turn * 0.9 + cal.cos_chunk * 0.9 + cal.bias
+    want = relevance.sigmoid(cal.cross.apply(z, 0.9, 0.0, 0.0, 0.0) + 6.3)
+    assert abs(mapped[1] - want) < 1e-4
+    # The encoder likes short generic turns: of two at the same cosines, the one that only
+    # asks is less likely the answer.
+    ask = hit(4, content="How do you like it?", role="assistant", dense=near, turn=near)
+    fact = hit(5, content="I moved to Lisbon with my sister in May", dense=near, turn=near)
+    pool = Pool(CandidateLists([ask, fact], []), 0, QUERY, frozenset())
+    out = {c.hit.id.int: c.semantic for c in score(spec(query="我姐姐住在哪个城市"), pool)}
+    assert out[4] < out[5]
+    # A mixed memory shares a language with the query: no map.
+    mixed = hit(3, content="Deposit is two months, 押二付一", dense=near, turn=near)
+    pool = Pool(CandidateLists([mixed], []), 0, QUERY, frozenset())
+    assert score(s, pool)[0].semantic == plain(s, pool)[0].semantic
+
+
 def test_filler_is_penalised() -> None:
     fact = hit(1, content="I booked the flight to Chengdu for October 2nd")
     ask = hit(2, content="assistant: How do you like it?", role="assistant")
