@@ -220,7 +220,8 @@ class Score:
         cov_own, cov_chunk = np.empty(n), np.empty(n)
         index_terms, asking = np.empty(n), np.zeros(n, dtype=bool)
         lacks, outside = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        kind = ranking.asks_for(spec.query) if self.penalties.no_answer_type else None
+        # Always asked: the cross-language relevance reads `lacks` whatever the penalty.
+        kind = ranking.asks_for(spec.query)
         period = self._period(spec)
         fused = np.empty(n)
         last, intrinsic, access = np.empty(n), np.empty(n), np.empty(n)
@@ -315,7 +316,7 @@ class Score:
         chunk_cos, turn_cos = cos_chunk @ q, cos_turn @ q
         share = self.settings.relevance_share
         best = self.fusion.best()
-        kind = ranking.asks_for(spec.query) if self.penalties.no_answer_type else None
+        kind = ranking.asks_for(spec.query)
         period = self._period(spec)
         query_language = ranking.language(spec.query)
         candidates = []

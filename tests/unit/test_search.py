@@ -211,10 +211,33 @@ def test_a_cross_language_pair_is_put_on_the_same_language_scale() -> None:
     pool = Pool(CandidateLists([ask, fact], []), 0, QUERY, frozenset())
     out = {c.hit.id.int: c.semantic for c in score(spec(query="我姐姐住在哪个城市"), pool)}
     assert out[4] < out[5]
-    # A mixed memory shares a language with the query: no map.
+    # A mixed memory shares a language with a query in either: no map.
     mixed = hit(3, content="Deposit is two months, 押二付一", dense=near, turn=near)
     pool = Pool(CandidateLists([mixed], []), 0, QUERY, frozenset())
-    assert score(s, pool)[0].semantic == plain(s, pool)[0].semantic
+    for query in ("how much was the deposit", "押金是多少"):
+        q = spec(query=query)
+        assert score(q, pool)[0].semantic == plain(q, pool)[0].semantic
+
+
+def test_each_flag_lowers_a_cross_language_pairs_relevance_and_only_its() -> None:
+    cal = relevance.PLAIN_COVERAGE
+    f = relevance.Features(cos_turn=0.3, cos_chunk=0.3, cov_own=0.0, cov_chunk=0.0)
+    base = cal(f, cross_language=True)
+    for flag in ("short", "asks", "lacks"):
+        assert cal(f, cross_language=True, **{flag: True}) < base, flag
+        assert cal(f, cross_language=False, **{flag: True}) == cal(f), flag
+
+
+def test_the_answer_type_penalty_setting_leaves_the_relevance_alone() -> None:
+    """`lacks` feeds the cross-language relevance: turning the ranking's answer-type
+    penalty off must not change what `scores.semantic` reports."""
+    near = [0.9, 0.43589, 0.0]
+    en = hit(1, content="I really like the seafood here", dense=near, turn=near)
+    pool = Pool(CandidateLists([en], [en]), 0, QUERY, frozenset())
+    s = spec(query="我住在哪里")
+    off = Score(Settings(_env_file=None, answer_type_penalty=0))
+    assert off(s, pool)[0].semantic == score(s, pool)[0].semantic
+    assert off.scalar(s, pool)[0].semantic == score.scalar(s, pool)[0].semantic
 
 
 def test_filler_is_penalised() -> None:
