@@ -236,11 +236,12 @@ class Settings(BaseSettings):
         default=32, ge=1, le=256, description="queries of concurrent requests embedded in one call"
     )
     embed_query_batch_wait_ms: float = Field(
-        default=1.0,
+        default=0.0,
         ge=0,
         le=50,
-        description="how long a query waits for companions before its model call starts "
-        "(queries that arrive while a call runs go together in the next one anyway)",
+        description="how long a query waits for companions before its model call starts; "
+        "0: only for requests already runnable (queries that arrive while a call runs go "
+        "together in the next one anyway)",
     )
 
     # LLM (optional): any OpenAI-compatible chat completions endpoint. Unset: heuristics only.

@@ -4,8 +4,11 @@ call (bench/README.md, "Speed at scale").
 One call to the bundled model costs about the same for one query as for eight (the forward
 pass is dominated by fixed overhead at these lengths), so under load, embedding queries one
 by one spends most of a core on that overhead. A query waits at most `wait_seconds` for
-companions, then goes with whatever has arrived; queries that arrive while a call runs form
-the next call, so the wait only matters to the first query of an idle service.
+companions (by default none: only for the queries of requests already runnable in the event
+loop), then goes with whatever has arrived; queries that arrive while a call runs form the
+next call, so the wait only matters to the first query of an idle service, and there a
+wait of 1 ms cost a sequential caller ~1 ms per recall and gained nothing with 8 clients
+(bench/README.md, "Side by side with Mem0").
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class QueryBatcher:
     """`await batcher.embed(text)` → its vector; calls `encode` with up to `max_batch`
     distinct texts at a time, one call at a time."""
 
-    def __init__(self, encode: EncodeBatch, *, max_batch: int = 32, wait_seconds: float = 0.001):
+    def __init__(self, encode: EncodeBatch, *, max_batch: int = 32, wait_seconds: float = 0.0):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._encode = encode

@@ -43,7 +43,7 @@ class LocalUSE:
     batch_size = 64
 
     def __init__(
-        self, bulk_threads: int = 2, *, query_batch_max: int = 32, query_wait_seconds: float = 0.001
+        self, bulk_threads: int = 2, *, query_batch_max: int = 32, query_wait_seconds: float = 0.0
     ) -> None:
         self._queries = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embed-q")
         self._bulk = concurrent.futures.ThreadPoolExecutor(

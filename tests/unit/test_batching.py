@@ -32,6 +32,17 @@ async def test_concurrent_queries_share_one_call_and_get_their_own_vectors() -> 
     assert sorted(model.calls[0]) == sorted(texts)
 
 
+async def test_with_no_wait_requests_already_runnable_still_share_one_call() -> None:
+    """The default: a query does not wait on the clock, but the queries of requests the
+    event loop already holds go in the same call."""
+    model = FakeModel()
+    batcher = QueryBatcher(model, max_batch=32)
+    texts = [f"query {i}" for i in range(8)]
+    vectors = await asyncio.gather(*(batcher.embed(t) for t in texts))
+    assert [v[0] for v in vectors] == [float(len(t)) for t in texts]
+    assert len(model.calls) == 1
+
+
 async def test_batches_never_exceed_max_batch() -> None:
     model = FakeModel()
     batcher = QueryBatcher(model, max_batch=4, wait_seconds=0.001)
