@@ -3,12 +3,13 @@ app/core/relevance.py)."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from app.core import ranking, relevance
@@ -242,3 +243,29 @@ def test_cross_language_is_chinese_against_english() -> None:
     assert not ranking.cross_language("zh", "zh")
     assert not ranking.cross_language("en", "mixed")
     assert not ranking.cross_language("mixed", "zh")
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                *"aAmMpPsStThHyY .,:'0123456789",
+                *"年月日号点天周期上下今昨个三十两０５",
+                *("Yesterday", "MONDAY", "o'clock", "3 P.M.", "2nd", "星期", "上个月", "Since"),
+            ]
+        ),
+        max_size=30,
+    ).map("".join)
+)
+@example("MONDAY")
+@example("Since then")
+@example("see you at 3 P.M.")
+@example("上个月")
+@example("Ｍonday")
+def test_names_time_is_the_one_case_blind_pattern(text: str) -> None:
+    """`names(text, "time")` searches two patterns, one in the lowercased text, for speed:
+    it must say what the single case-insensitive pattern says."""
+    whole = re.compile(
+        ranking._NAMES_TIME_EN.pattern + "|" + ranking._NAMES_TIME_ZH.pattern, re.IGNORECASE
+    )
+    assert ranking.names(text, "time") == (whole.search(text) is not None)
