@@ -35,7 +35,8 @@ KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "
 # enqueues at start when the collection is empty and SQL holds live memories. A new index on
 # a field the payload already has needs no rebuild: both backends add missing indexes when
 # they open a collection.
-SCHEMA_VERSION = 2
+# v3: Chinese index terms without pronouns and question words (app/core/terms.py).
+SCHEMA_VERSION = 3
 # `valid_to`: every recall filters on it (`must_not valid_to <= valid_at`). Unindexed, each
 # candidate the search visits reads its payload for it: 3.5-5 ms of a 1k-10k memory recall's
 # index query, 0.5-1 ms with the index (bench/README.md, "Less CPU per recall"); the same

@@ -22,6 +22,19 @@ def test_chinese_is_segmented_into_words() -> None:
     assert set(terms.query_vector("烤鸭").indices) <= set(doc.indices)
 
 
+def test_chinese_pronouns_and_question_words_are_not_terms_as_in_english() -> None:
+    """A Chinese question shares 我 with nearly every turn its user wrote, as an English one
+    would share "my" if it were a term: both lists drop them, so a question about something
+    never mentioned matches nothing by them."""
+    assert terms.tokenize("我的牙医叫什么？") == ["牙医", "叫"]
+    assert terms.tokenize("What is my dentist's name?") == ["dentist", "name"]
+    assert terms.tokenize("我们什么时候去厦门？") == ["去", "厦门"]
+    assert terms.tokenize("他有几个孩子？") == ["孩子"]
+    assert not set(terms.query_vector("我搬到哪个城市了？").indices) & set(
+        terms.document_vector("我很喜欢这里的海鲜。").indices
+    )
+
+
 def test_mixed_text_keeps_both_languages() -> None:
     tokens = terms.tokenize("明天在Lisbon开会meeting")
     assert "lisbon" in tokens
