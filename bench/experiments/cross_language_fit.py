@@ -81,6 +81,39 @@ def logistic(x: Vec, y: Vec, offset: Vec, l2: Vec) -> Vec:
     return w
 
 
+# Which percentiles of the non-evidence candidates are matched: the upper half, where a
+# `min_relevance` acts (the same-language median sits near the default 0.25).
+LEVEL_QUANTILES = (50, 90)
+
+
+def relevel(
+    mapped_same: Vec,
+    mapped_cross: Vec,
+    shift: float,
+    coef: dict[str, float],
+    offset: float,
+) -> dict[str, float]:
+    """The likelihood fit orders cross-language pairs well but leaves their level loose: the
+    evidence is ~1 candidate in 75, so whether an unrelated pair scores 0.3 or 0.6 costs it
+    almost nothing (the two halves of the set put a typical unrelated pair at 0.30 and 0.61).
+    A threshold is read as "this much about the query" whatever the language, so the level is
+    set by the non-evidence candidates instead: an affine `a·m + c` of the cross-language
+    log-odds (shift included) that puts their `LEVEL_QUANTILES` on the same-language ones'.
+    Folded into the map: every coefficient times `a`, the offset `a·offset + (a − 1)·shift +
+    c`, so the service still adds `shift` after it."""
+    lo, hi = LEVEL_QUANTILES
+    same_lo, same_hi = np.percentile(mapped_same, [lo, hi])
+    cross_lo, cross_hi = np.percentile(mapped_cross, [lo, hi])
+    a = float((same_hi - same_lo) / (cross_hi - cross_lo))
+    c = float(same_lo - a * cross_lo)
+    return {
+        "a": a,
+        "c": c,
+        **{n: a * w for n, w in coef.items()},
+        "offset": a * offset + (a - 1) * shift + c,
+    }
+
+
 def log_odds(semantic: float) -> float:
     s = min(max(semantic, 1e-6), 1 - 1e-6)
     return math.log(s / (1 - s)) - relevance.PLAIN_COVERAGE.shift
@@ -200,8 +233,34 @@ async def main_async(args: argparse.Namespace) -> int:
                 f"{relevance.sigmoid(float(np.median(mapped[sel])) + shift):.3f}"
             )
         fits[", ".join(names)] = {"b": w[0], **coef, "offset": w[-1], "log_likelihood": ll}
+    last = fits[", ".join(names)]
+    level = relevel(
+        mapped_same=z[(cross == 0) & (y == 0)] + shift,
+        mapped_cross=mapped[(cross == 1) & (y == 0)] + shift,
+        shift=shift,
+        coef={n: last[n] for n in names},
+        offset=last["offset"],
+    )
+    print(
+        f"re-levelled (the {LEVEL_QUANTILES} percentiles of the non-evidence candidates' "
+        f"log-odds matched, cross-language to same-language): a = {level['a']:.3f}, "
+        f"c = {level['c']:.3f}; cross-language z_same = "
+        + " + ".join(f"{level[n]:.3f}·{n}" for n in names)
+        + f" + {level['offset']:.3f}"
+    )
+    threshold = math.log(relevance.DEFAULT_MIN_RELEVANCE / (1 - relevance.DEFAULT_MIN_RELEVANCE))
+    for label, sel in (("non-evidence", y == 0), ("evidence", y == 1)):
+        same_pass = float(np.mean(z[(cross == 0) & sel] + shift >= threshold))
+        before = mapped[(cross == 1) & sel] + shift
+        after = level["a"] * before + level["c"]
+        print(
+            f"  {label} at min_relevance {relevance.DEFAULT_MIN_RELEVANCE}: same-language "
+            f"{same_pass:.3f} pass; cross-language {float(np.mean(before >= threshold)):.3f} "
+            f"-> {float(np.mean(after >= threshold)):.3f}"
+        )
     out: JSON = {
         "data": str(args.data),
+        "relevelled": level,
         "candidates": len(z),
         "evidence": {"same_language": n_pos[0], "cross_language": n_pos[1]},
         "fits": fits,
