@@ -205,7 +205,8 @@ async def test_the_readme_example_finds_the_fact_first(
     # Never mentioned: in three turns every cosine is at the encoder's noise level. Before
     # the cross-language level was set (bench/README.md, "Chinese stopwords and the
     # cross-language level"), the English question returned the Chinese reply at 0.37, and
-    # the Chinese one matched it by 我 at 0.68.
+    # the Chinese one matched it by 我 at 0.68. Now 0.14 and 0.21: the margin is thin, and a
+    # change of encoder or calibration that flips this should be looked at, not relaxed.
     for query in ("What is my dentist's name?", "我的牙医叫什么？"):
         assert await recall(running, user, query) == [], query
     lisbon = (await recall(running, user, "Lisbon"))[0]
