@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -120,7 +121,7 @@ class ForgettingService:
             if not rows:
                 break
             after = (rows[-1].tenant_id, rows[-1].id)
-            by_tenant: dict[str, list[Memory]] = {}
+            by_tenant: dict[str, list[forget_store.SweepRow]] = {}
             for row in rows:
                 by_tenant.setdefault(row.tenant_id, []).append(row)
             for tenant, tenant_rows in by_tenant.items():
@@ -138,7 +139,11 @@ class ForgettingService:
         return report
 
     def _decisions(
-        self, tenant_id: str, rows: list[Memory], policy: forgetting.Policy, now: datetime
+        self,
+        tenant_id: str,
+        rows: Sequence[Memory | forget_store.SweepRow],
+        policy: forgetting.Policy,
+        now: datetime,
     ) -> dict[uuid.UUID, forgetting.Decision]:
         share = self.settings.importance_intrinsic_share
         out: dict[uuid.UUID, forgetting.Decision] = {}
@@ -158,7 +163,7 @@ class ForgettingService:
     async def _sweep_rows(
         self,
         tenant_id: str,
-        rows: list[Memory],
+        rows: list[forget_store.SweepRow],
         policy: forgetting.Policy,
         now: datetime,
         report: SweepReport,
@@ -168,13 +173,16 @@ class ForgettingService:
         chosen = [r for r in rows if decided[r.id].verdict != "keep"]
         if not chosen:
             return
-        locked = chosen
+        ids = [r.id for r in chosen]
         forgotten: list[Memory] = []
+        if report.dry_run:  # read whole for the report (what each memory says), unlocked
+            async with self.db.read() as tx:
+                locked = await forget_store.unpinned(tx, tenant_id, ids)
         # Services own their transactions here: the tombstone, its audit event and the
         # point's removal commit together or not at all (as `MemoryService.delete`).
-        if not report.dry_run:
+        else:
             async with self.db.transaction() as tx:
-                locked = await forget_store.lock_unpinned(tx, tenant_id, [r.id for r in chosen])
+                locked = await forget_store.unpinned(tx, tenant_id, ids, lock=True)
                 decided.update(self._decisions(tenant_id, locked, policy, now))
                 forgotten = [r for r in locked if decided[r.id].verdict == "forget"]
                 pinned = [r for r in locked if decided[r.id].verdict == "pin"]

@@ -206,6 +206,8 @@ class Memory(Base):
         ),
         # The profile's current facts (semantic and procedural memories).
         sa.Index("ix_memories_user_type", "tenant_id", "user_id", "memory_type", "created_at"),
+        # The forgetting sweep's pages, in key order (app/stores/forgetting.py).
+        sa.Index("ix_memories_tenant_id", "tenant_id", "id"),
     )
 
 

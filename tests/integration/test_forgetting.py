@@ -399,3 +399,41 @@ async def test_a_forgotten_turns_words_stop_finding_its_neighbours(
     assert restored.status_code == 200, restored.text
     again = await recall(running, user, "Zanzibar ferry", min_relevance=0)
     assert [r["content"] for r in again][:2] == [r["content"] for r in before][:2]
+
+
+async def test_the_sweep_pages_through_every_memory_once_in_key_order(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Pages of 3 from after the last (tenant_id, id) key (a row-value comparison, on both
+    databases): every live, unpinned memory once, none skipped at a page's edge."""
+    from app.stores import forgetting as forget_store
+
+    user = ids("user")
+    mine = {await remember(running, user, f"Fact number {i} about the garden.") for i in range(7)}
+    await remember(running, user, "Pinned: allergic to penicillin.", pinned=True)
+
+    async def paged(tenant_id: str | None, user_id: str | None) -> list[tuple[str, uuid.UUID]]:
+        keys: list[tuple[str, uuid.UUID]] = []
+        async with running.resources.db.read() as tx:
+            while True:
+                rows = await forget_store.sweep_page(
+                    tx, tenant_id=tenant_id, user_id=user_id, after=keys[-1] if keys else None,
+                    limit=3,
+                )  # fmt: skip
+                if not rows:
+                    return keys
+                keys.extend((r.tenant_id, r.id) for r in rows)
+
+    assert {str(mid) for _, mid in await paged("default", user)} == mine
+    everyone = await paged(None, None)
+    async with running.resources.db.read() as tx:
+        live = (
+            await tx.execute(
+                sa.select(Memory.tenant_id, Memory.id).where(
+                    Memory.deleted_at.is_(None), Memory.pinned.is_(False)
+                )
+            )
+        ).all()
+    assert len(everyone) == len(set(everyone)) >= 7
+    assert set(everyone) == {(t, m) for t, m in live}
+    assert everyone == sorted(everyone)
