@@ -27,7 +27,7 @@ from app.settings import Settings
 from app.stores.buffer import Breaker, Buffer
 from app.stores.db import Database, create_engine, migrate
 from app.stores.signals import Signals
-from app.stores.vectors import VectorIndex, collection_name
+from app.stores.vectors import VectorIndex, collection_name, superseded_collections
 
 log = logging.getLogger("strata")
 
@@ -145,13 +145,21 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         else:
             from app.stores.qdrant_edge import QdrantEdgeIndex
 
+            root = settings.data_dir / "qdrant"
             vectors = QdrantEdgeIndex(
-                settings.data_dir / "qdrant",
+                root,
                 name,
                 embedder.dim,
                 build_min_points=settings.index_build_min_points,
                 build_fraction=settings.index_build_fraction,
                 vector_cache_bytes=settings.index_vector_cache_mb * 2**20,
+                superseded=superseded_collections(
+                    # `<name>`, `<name>.gen<ms>` (a built graph), `<name>.current`
+                    {p.name.partition(".")[0] for p in root.glob("*")},
+                    settings.collection_prefix,
+                    embedder.model_id,
+                    embedder.dim,
+                ),
             )
         stack.push_async_callback(vectors.close)
         await vectors.ensure_collection()

@@ -84,8 +84,10 @@ class QdrantEdgeIndex:
         build_min_points: int = 0,
         build_fraction: float = 0.2,
         vector_cache_bytes: int = 0,
+        superseded: Sequence[str] = (),
     ) -> None:
         self.root = path
+        self.superseded = list(superseded)  # older schemas' collections, removed at open
         self.collection = collection
         self.dim = dim
         self.build_min_points = build_min_points
@@ -137,6 +139,11 @@ class QdrantEdgeIndex:
         for stale in self.root.glob(f"{self.collection}.gen*"):
             if stale != self.path:  # a build that was cut short (a crash, a stop)
                 shutil.rmtree(stale, ignore_errors=True)
+        for old in self.superseded:  # rebuilt from SQL into this collection (`reindex`)
+            for stale in (self.root / old, *self.root.glob(f"{old}.gen*")):
+                shutil.rmtree(stale, ignore_errors=True)
+            (self.root / f"{old}.current").unlink(missing_ok=True)
+            log.info("removed the index of an older schema: %s", old)
         self._create_or_load(qe)
         self._points = int(self._shard.count(qe.CountRequest(exact=True)))
         with self._lock:

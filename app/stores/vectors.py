@@ -16,7 +16,7 @@ Each implementation lives in its own module, so a process imports only the clien
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
@@ -305,8 +305,30 @@ class VectorIndex(Protocol):
 def collection_name(prefix: str, model_id: str, dim: int) -> str:
     """One collection per embedding model and index schema: a new model or schema means a
     reindex, never mixed vectors."""
-    safe = "".join(c if c.isalnum() else "_" for c in model_id)
-    return f"{prefix}_v{SCHEMA_VERSION}_{safe}_{dim}"
+    return f"{prefix}_v{SCHEMA_VERSION}_{_safe(model_id)}_{dim}"
+
+
+def _safe(model_id: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in model_id)
+
+
+def superseded_collections(names: Iterable[str], prefix: str, model_id: str, dim: int) -> list[str]:
+    """The collections that today's (`collection_name`) replaces: the same prefix, model
+    and size at an older schema version. An index is rebuilt from SQL whenever its
+    collection is empty, so an older one holds nothing that SQL does not; left behind, it
+    held its disk (~0.5 GB at 100k memories) for good after an upgrade."""
+    head, tail = f"{prefix}_v", f"_{_safe(model_id)}_{dim}"
+    out = []
+    for name in names:
+        version = name[len(head) : len(name) - len(tail)]
+        if (
+            name.startswith(head)
+            and name.endswith(tail)
+            and version.isdigit()
+            and int(version) < SCHEMA_VERSION
+        ):
+            out.append(name)
+    return sorted(out)
 
 
 def scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:

@@ -101,3 +101,21 @@ def test_booleans_filter_in_their_own_key_space() -> None:
         "b": 1,
         "c": "x",
     }
+
+
+def test_only_older_schemas_of_the_same_model_and_size_are_superseded() -> None:
+    from app.stores.vectors import SCHEMA_VERSION, collection_name, superseded_collections
+
+    model = "bge-v1.5"  # its safe name holds "_v1_" too
+    today = collection_name("strata", model, 384)
+    older = [f"strata_v{v}_bge_v1_5_384" for v in range(1, SCHEMA_VERSION)]
+    others = [
+        today,
+        f"strata_v{SCHEMA_VERSION + 1}_bge_v1_5_384",  # newer: a later version's, kept
+        "strata_v1_bge_v1_5_768",  # another size
+        "strata_v1_use_m3_384",  # another model
+        "mine_v1_bge_v1_5_384",  # another prefix
+        "strata_vx_bge_v1_5_384",
+    ]
+    assert older
+    assert superseded_collections([*others, *older], "strata", model, 384) == sorted(older)
