@@ -110,6 +110,10 @@ class QdrantEdgeIndex:
         # `_lock`); `_terms_stale` after a write that failed part way, until recounted.
         self._terms = TermCounts()
         self._terms_stale = True
+        # A write that failed while a graph was being built is replayed whole onto the
+        # copy, which the counts (of the live shard) may then not match: counted again at
+        # the swap.
+        self._failed_during_build = False
 
     # ------------------------------------------------------------------ live directory
 
@@ -144,6 +148,16 @@ class QdrantEdgeIndex:
                 shutil.rmtree(stale, ignore_errors=True)
             (self.root / f"{old}.current").unlink(missing_ok=True)
             log.info("removed the index of an older schema: %s", old)
+        if _weighs_by_qdrant_idf(self.path):
+            # Written before the term counts: its sparse vector multiplies Qdrant's IDF into
+            # every score, which a shard cannot unlearn. It starts empty and the worker's
+            # `reindex` fills it from SQL, as after a schema change (a server's collection
+            # keeps the modifier, and its name: `app/stores/qdrant_server.py`).
+            log.warning("the index at %s predates its own term counts: rebuilt from SQL", self.path)
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._pointer.unlink(missing_ok=True)
+            self.path = self.root / self.collection
+            shutil.rmtree(self.path, ignore_errors=True)
         self._create_or_load(qe)
         self._points = int(self._shard.count(qe.CountRequest(exact=True)))
         with self._lock:
@@ -405,6 +419,7 @@ class QdrantEdgeIndex:
                     self._shard.update(op)
                 except BaseException:
                     self._terms_stale = True  # perhaps some deleted: counted again
+                    self._failed_during_build |= self._journal is not None
                     raise
                 finally:
                     # A graph being built on a copy from before gets the erasure too, even
@@ -476,6 +491,7 @@ class QdrantEdgeIndex:
                         self._terms_stale = True
                     if self._journal is not None:
                         self._journal.append(fn)
+                        self._failed_during_build = True
                     raise
                 for pid, written in (terms or {}).items():
                     old = before.get(pid)
@@ -541,6 +557,7 @@ class QdrantEdgeIndex:
                 self._shard.flush()
                 shutil.copytree(self.path, target)
                 self._journal = []
+                self._failed_during_build = False
                 return int(self._shard.count(qe.CountRequest(exact=True)))
 
         built: Any = None
@@ -570,6 +587,9 @@ class QdrantEdgeIndex:
                             )
                             os.replace(self._pointer.with_suffix(".tmp"), self._pointer)
                             self._unbuilt = max(0, self._points - built_points)
+                            if self._failed_during_build:
+                                self._terms_stale = True
+                                self._failed_during_build = False
                             return old, old_path
                     for fn in pending:
                         fn(built)
@@ -691,6 +711,16 @@ def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
         # shard (`TermCounts`), the IDF over the user's points that Qdrant would compute.
         sparse_vectors={"sparse": qe.EdgeSparseVectorParams()},
     )
+
+
+def _weighs_by_qdrant_idf(path: Path) -> bool:
+    """Whether the shard at `path` was created with Qdrant's IDF modifier on its sparse
+    vector (as every shard before the term counts was)."""
+    try:
+        config = json.loads((path / "edge_config.json").read_text())
+        return bool(config["sparse_vectors"]["sparse"].get("modifier") == "idf")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _load_with_layout(qe: Any, path: Path, dim: int) -> Any:

@@ -190,7 +190,8 @@ async def test_a_shard_written_before_the_turn_layout_opens_answers_and_builds(
         vectors={
             n: qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine) for n in ("dense", "turn")
         },
-        # The sparse vector as today's (the IDF modifier went with a new collection name).
+        # The sparse vector as today's (one with the IDF modifier is rebuilt instead:
+        # tests/integration/test_index_idf.py).
         sparse_vectors={"sparse": qe.EdgeSparseVectorParams()},
     )
     (tmp_path / "c").mkdir()

@@ -186,10 +186,25 @@ async def test_the_sparse_list_is_qdrants_idf_over_the_user_through_writes_and_r
     reference.delete(ids=gone)
     await assert_same(index, reference)
 
-    # Erasure of one user leaves the same user id in the other tenant untouched.
+    # A point that changes hands, one id twice in a batch (the last wins), and a delete
+    # naming a point that is not there.
+    moved = point(1, ("t1", "ana") if owners[1] != ("t1", "ana") else ("t1", "bo"), "city", rng)
+    twice = [point(900, OWNERS[0], "kyoto ryokan", rng), point(900, OWNERS[0], "guitar", rng)]
+    for batch in ([moved], twice):
+        await index.upsert(batch)
+        reference.upsert(batch)
+    await index.delete([pid(999_999), pid(3)])
+    reference.delete(ids=[pid(999_999), pid(3)])
+    await assert_same(index, reference)
+
+    # Erasure of one user leaves the same user id in the other tenant untouched, and the
+    # user's next memories are counted from nothing.
     await index.delete_user("t1", "ana")
     reference.delete(flt=reference.owner("t1", "ana"))
     assert await sparse(index, "t1", "ana", "lisbon") == {}
+    again = [point(i, ("t1", "ana"), text(rng), rng) for i in range(1000, 1030)]
+    await index.upsert(again)
+    reference.upsert(again)
     assert await assert_same(index, reference) > 0
     await index.close()
 
@@ -232,5 +247,28 @@ async def test_after_a_write_that_failed_the_counts_are_counted_again(tmp_path: 
         await index.upsert(more)
     index._shard = real
     reference.upsert(more)  # stored all the same
+    assert await assert_same(index, reference) > 0
+    await index.close()
+
+
+async def test_a_shard_weighing_by_qdrants_idf_is_emptied_at_open_for_a_rebuild(
+    tmp_path: Path,
+) -> None:
+    """A shard written before the term counts multiplies Qdrant's IDF into its scores and
+    cannot unlearn it: the index opens empty (the worker's `reindex` refills it from SQL,
+    tests/integration/test_reindex.py), and then scores as Qdrant's per-user IDF would."""
+    rng = np.random.default_rng(13)
+    points = [point(i, OWNERS[i % 3], text(rng), rng) for i in range(120)]
+    old = Reference(tmp_path / "index" / "c")  # the layout every earlier version wrote
+    old.upsert(points)
+    old.shard.flush()
+    old.shard.close()
+
+    index = QdrantEdgeIndex(tmp_path / "index", "c", DIM)
+    await index.ensure_collection()
+    assert await index.count() == 0
+    await index.upsert(points)  # as the rebuild writes them
+    reference = Reference(tmp_path / "reference")
+    reference.upsert(points)
     assert await assert_same(index, reference) > 0
     await index.close()
