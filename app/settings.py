@@ -408,9 +408,10 @@ class Settings(BaseSettings):
     index_vector_cache_mb: int = Field(
         default=32,
         ge=0,
-        description="embedded index: memory for the stored vectors of recently recalled "
-        "points (float32), and as many of their payloads, so a recall reads them from the "
-        "index only the first time; 0: read every candidate's on every recall",
+        description="embedded index: memory for the payloads and index terms of recently "
+        "recalled points (~3 kB each), so a recall reads them from the index only the first "
+        "time; 0: read every candidate's on every recall (the name is older: no vector is "
+        "kept, the index computes the query's cosines itself)",
     )
     candidate_pool: int = Field(
         default=30, ge=1, le=1000, description="candidates per search list before scoring"

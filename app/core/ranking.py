@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, TypeVar
@@ -317,25 +317,35 @@ class Statement:
 
     created_at: float  # epoch seconds
     changes: bool  # `states_change` of its text
-    vector: NDArray[np.float32] | None  # its own (turn) vector, unit length
 
 
-def promote_changes(items: Sequence[Statement], min_similarity: float = 0.4) -> list[int]:
+def promote_changes(items: Sequence[Statement], similar: Callable[[int, int], bool]) -> list[int]:
     """A new order (indices into `items`, best first): each result that states a change
-    moves just above the highest-ranked *older* result whose turn vector has a cosine of
-    at least `min_similarity` with its own — the statement it most likely replaces."""
+    moves just above the highest-ranked *older* result it is `similar` to — the statement
+    it most likely replaces. `similar(i, k)` is asked only for k < i: a result is compared
+    with the ones ranked above it (results are moved in index order, so a result's
+    neighbours above are always among the lower indices)."""
     order = list(range(len(items)))
     for i, item in enumerate(items):
-        if not item.changes or item.vector is None:
+        if not item.changes:
             continue
         pos = order.index(i)
         for p in range(pos):
-            other = items[order[p]]
-            if (
-                other.created_at < item.created_at
-                and other.vector is not None
-                and float(other.vector @ item.vector) >= min_similarity
-            ):
+            k = order[p]
+            if items[k].created_at < item.created_at and similar(i, k):
                 order.insert(p, order.pop(pos))
                 break
     return order
+
+
+def similar_by_vectors(
+    vectors: Sequence[NDArray[np.float32] | None], min_similarity: float
+) -> Callable[[int, int], bool]:
+    """`promote_changes`'s `similar` over unit turn vectors: a cosine of at least
+    `min_similarity`; a result without a vector is similar to none."""
+
+    def similar(i: int, k: int) -> bool:
+        a, b = vectors[i], vectors[k]
+        return a is not None and b is not None and float(a @ b) >= min_similarity
+
+    return similar

@@ -41,6 +41,7 @@ from app.services.search import (
     Stage,
     no_rewrite,
     run_stages,
+    states_change,
     to_result,
 )
 from app.settings import Settings
@@ -152,6 +153,10 @@ class RecallService:
                 # Facts that had ended by then (superseded, contradicted) are not recalled;
                 # with `as_of` before the change, the old fact is (docs/facts.md).
                 valid_at=(spec.as_of or self.clock()).timestamp(),
+                # Change promotion's comparisons, made by the index in the same call
+                # (`NewerFactsFirst`, which a question about a period skips).
+                compare_turns=None if spec.asks_about_a_period() else states_change,
+                turn_similarity=s.change_similarity,
             )
         )
         return Pool(lists, max_access, dense, frozenset(sparse.indices))

@@ -9,10 +9,10 @@ docs/seams.md shows how to add a stage.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
@@ -296,11 +296,23 @@ class Score:
     def _cosines(
         pool: Pool, hits: list[tuple[VectorHit, float]]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Each candidate's (indexed vector, own turn vector) cosine with the query."""
-        q = _unit_rows(np.asarray([pool.query_vector], dtype=np.float32))[0]
-        cos_chunk = _unit_rows(_stack([h.vectors.dense if h.vectors else [] for h, _ in hits]))
-        cos_turn = _unit_rows(_stack([h.vectors.turn if h.vectors else [] for h, _ in hits]))
-        return (cos_chunk @ q).astype(np.float64), (cos_turn @ q).astype(np.float64)
+        """Each candidate's (indexed vector, own turn vector) cosine with the query: as the
+        index computed them (`VectorHit.cosines`), else from its stored vectors."""
+        n = len(hits)
+        chunk, turn = np.empty(n), np.empty(n)
+        rest = []
+        for i, (h, _) in enumerate(hits):
+            if h.cosines is None:
+                rest.append(i)
+            else:
+                chunk[i], turn[i] = h.cosines
+        if rest:
+            q = _unit_rows(np.asarray([pool.query_vector], dtype=np.float32))[0]
+            stored = [hits[i][0].vectors for i in rest]
+            dim = len(q)
+            chunk[rest] = _unit_rows(_stack([v.dense if v else [] for v in stored], dim)) @ q
+            turn[rest] = _unit_rows(_stack([v.turn if v else [] for v in stored], dim)) @ q
+        return chunk, turn
 
     def scalar(self, spec: SearchSpec, pool: Pool) -> list[Candidate]:
         """`__call__` one candidate at a time through the pure functions of `app.core`:
@@ -310,10 +322,7 @@ class Score:
         hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.settings.candidate_pool))
         if not hits:
             return []
-        q = _unit_rows(np.asarray([pool.query_vector], dtype=np.float32))[0]
-        cos_chunk = _unit_rows(_stack([h.vectors.dense if h.vectors else [] for h, _ in hits]))
-        cos_turn = _unit_rows(_stack([h.vectors.turn if h.vectors else [] for h, _ in hits]))
-        chunk_cos, turn_cos = cos_chunk @ q, cos_turn @ q
+        chunk_cos, turn_cos = self._cosines(pool, hits)
         share = self.settings.relevance_share
         best = self.fusion.best()
         kind = ranking.asks_for(spec.query)
@@ -435,11 +444,11 @@ def _unit_interval(x: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-def _stack(rows: Sequence[Sequence[float] | NDArray[np.float32]]) -> NDArray[np.float32]:
-    dim = max((len(r) for r in rows), default=0)
+def _stack(rows: Sequence[Sequence[float] | NDArray[np.float32]], dim: int) -> NDArray[np.float32]:
+    """The rows as a matrix; a row that is missing (or of another size) is zeros: cosine 0."""
     out = np.zeros((len(rows), dim), dtype=np.float32)
     for i, r in enumerate(rows):
-        if len(r):
+        if len(r) == dim:
             out[i] = r
     return out
 
@@ -474,29 +483,55 @@ class NewerFactsFirst:
     the highest-ranked older result whose own text is similar (turn-vector cosine ≥
     `min_similarity`): the statement it most likely replaces. Skipped when the request
     asks about a period (`time_range`), where the older statement may be the answer.
-    With `as_of` it applies among what existed then: "newer" is relative to that moment."""
+    With `as_of` it applies among what existed then: "newer" is relative to that moment.
+
+    A result that states a change is compared only with the older ones ranked above it:
+    by the similar hits the index found for it in the same search (`VectorHit.similar`,
+    the embedded index, asked through `VectorQuery.compare_turns`), else by the hits'
+    stored turn vectors (the Qdrant server's, which carry them)."""
 
     min_similarity: float = 0.4
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.asks_about_a_period() or len(candidates) < 2:
             return candidates
-        changes = [changes_of(c.hit.payload.content, c.hit.payload.role) for c in candidates]
-        # `promote_changes` compares a result that states a change only with those ranked
-        # above it, so no result after the last such one needs its unit vector (building
-        # them all was ~5% of a recall's CPU, profiled); with none, nothing moves.
-        last = max((i for i, changed in enumerate(changes) if changed), default=-1)
-        if last < 0:
-            return candidates
         items = [
             ranking.Statement(
                 created_at=c.hit.payload.created_at.timestamp(),
-                changes=changes[i],
-                vector=_unit(c.hit.vectors.turn) if c.hit.vectors and i <= last else None,
+                changes=changes_of(c.hit.payload.content, c.hit.payload.role),
             )
-            for i, c in enumerate(candidates)
+            for c in candidates
         ]
-        return [candidates[i] for i in ranking.promote_changes(items, self.min_similarity)]
+        if not any(item.changes for item in items):
+            return candidates
+        hits = [c.hit for c in candidates]
+        unit = _turn_units(hits)
+
+        def similar(i: int, k: int) -> bool:
+            known = hits[i].similar
+            if known is not None:
+                return hits[k].id in known
+            a, b = unit(i), unit(k)
+            return a is not None and b is not None and float(a @ b) >= self.min_similarity
+
+        return [candidates[i] for i in ranking.promote_changes(items, similar)]
+
+
+def states_change(payload: MemoryPayload) -> bool:
+    """`VectorQuery.compare_turns` for change promotion: the hits it compares."""
+    return changes_of(payload.content, payload.role)
+
+
+def _turn_units(hits: Sequence[VectorHit]) -> Callable[[int], NDArray[np.float32] | None]:
+    """Each hit's unit turn vector, built only when a comparison reads it (building them
+    all was ~5% of a recall's CPU, profiled)."""
+
+    @cache
+    def unit(i: int) -> NDArray[np.float32] | None:
+        vectors = hits[i].vectors
+        return _unit(vectors.turn) if vectors is not None else None
+
+    return unit
 
 
 @lru_cache(maxsize=100_000)

@@ -32,9 +32,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from app.errors import VectorStoreUnavailable
 from app.stores.term_counts import TermCounts, UserKey
 from app.stores.vectors import (
@@ -61,14 +58,15 @@ class QdrantEdgeIndex:
     points written since the last build reach `build_min_points` and `build_fraction` of
     the index (module docstring); 0 leaves every search brute force.
 
-    The stored vectors of the points a search returned are kept (float32, up to
-    `vector_cache_bytes`, least recently returned out first): a recall's candidates are
-    mostly the same few hundred points of a user, and reading a point's vectors builds
-    ~1,500 Python floats, then an array again (~1.5 ms of a recall, profiled). A point's
-    vectors change only through `upsert`, which drops its entry under the same lock. Their
-    payloads are kept as many, read into `MemoryPayload`s (converting 100 payloads took ~2
-    ms of a recall's ~10): every write drops the entries of the points it touches
-    (`upsert`, `delete`, `set_payload`; a delete by filter drops them all), under the lock.
+    No stored vector leaves the shard on a recall: the query's cosines with each candidate's
+    indexed and own-turn vectors are one more search, over the candidates' ids
+    (`VectorHit.cosines`; reading ~60 points' vectors back into Python and then arrays cost
+    ~2 ms of GIL a recall at 100k memories, profiled). The candidates' payloads and sparse
+    terms are kept (up to `vector_cache_bytes`, least recently returned out first): a
+    recall's candidates are mostly the same few hundred points of a user, and a payload
+    read back costs ~20 µs. Every write drops the entries of the points it touches
+    (`upsert`, `delete`; a delete by filter drops them all) or patches them (`set_payload`),
+    under the lock.
 
     The sparse search's IDF over the user's points comes from counts kept here
     (`TermCounts`, counted from the shard at open, then changed with each write under the
@@ -102,10 +100,8 @@ class QdrantEdgeIndex:
         self._child: asyncio.subprocess.Process | None = None
         self.builds = 0
         # Read and written only under `_lock`, as the shard is.
-        self._vectors: OrderedDict[uuid.UUID, StoredVectors] = OrderedDict()
-        self._vectors_max = vector_cache_bytes // (2 * 4 * max(dim, 1))
-        # Their payloads too, as many (a payload is read back the same way, ~20 µs a point).
-        self._payloads: OrderedDict[uuid.UUID, MemoryPayload] = OrderedDict()
+        self._cached: OrderedDict[uuid.UUID, _Stored] = OrderedDict()
+        self._cached_max = vector_cache_bytes // _CACHED_BYTES
         # The document frequency of each sparse term among each user's points (under
         # `_lock`); `_terms_stale` after a write that failed part way, until recounted.
         self._terms = TermCounts()
@@ -274,14 +270,19 @@ class QdrantEdgeIndex:
                 limit=query.limit,
                 query=qe.Query.Nearest(query.dense, using="dense"),
                 filter=flt,
-                # Neither payloads nor vectors: both come from the caches, or one read after
-                # the search for the points not in them (`_stored`).
+                # Neither payloads nor vectors: the payloads come from the cache or one read
+                # after the search (`_stored`), the cosines from a search over the hits.
                 with_payload=False,
                 with_vector=False,
             )
         ]
 
-        def search() -> tuple[list[list[Any]], dict[uuid.UUID, _Stored]]:
+        def search() -> tuple[
+            list[list[Any]],
+            dict[uuid.UUID, _Stored],
+            _Cosines,
+            dict[uuid.UUID, frozenset[uuid.UUID]],
+        ]:
             batch = list(requests)
             if query.sparse.indices:
                 # IDF over this user's memories, not the whole shard (+0.01 R@10), from
@@ -304,10 +305,19 @@ class QdrantEdgeIndex:
                     )
             # One planned batch: both lists share a pass over the segments.
             lists = self._shard.query_batch(qe.QueryBatchRequest(batch))
-            ids = [_as_uuid(p.id) for points in lists for p in points]
-            return lists, self._stored(ids)
+            ids = list(dict.fromkeys(_as_uuid(p.id) for points in lists for p in points))
+            dense = {_as_uuid(p.id): p.score for p in lists[0]}
+            stored = self._stored(ids)
+            cosines = self._cosines(query.dense, ids, dense)
+            similar = {}
+            if query.compare_turns is not None:
+                asked = [
+                    pid for pid in ids if pid in stored and query.compare_turns(stored[pid][0])
+                ]
+                similar = self._similar_turns(asked, ids, query.turn_similarity)
+            return lists, stored, cosines, similar
 
-        lists, stored = await self._run(search)
+        lists, stored, cosines, similar = await self._run(search)
         hits: list[list[VectorHit]] = []
         for points in lists:
             found = []
@@ -315,38 +325,117 @@ class QdrantEdgeIndex:
                 pid = _as_uuid(p.id)
                 known = stored.get(pid)
                 if known is not None:  # gone between the search and the read: skipped
-                    found.append(VectorHit(pid, p.score, known[0], known[1]))
+                    payload, terms = known
+                    vectors = StoredVectors(dense=(), turn=(), sparse_ids=terms)
+                    found.append(
+                        VectorHit(
+                            pid, p.score, payload, vectors, cosines.get(pid), similar.get(pid)
+                        )
+                    )
             hits.append(found)
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
+    def _cosines(
+        self, query: list[float], ids: list[uuid.UUID], dense: dict[uuid.UUID, float]
+    ) -> _Cosines:
+        """The query's cosine with each point's `dense` and `turn` vectors (under `_lock`):
+        one search of each over just these ids, the scores computed in the shard. The dense
+        list already scored its own hits; a point without a turn vector (a shard written
+        before them) is compared by its dense one, as it was indexed."""
+        import qdrant_edge as qe
+
+        if not ids:
+            return {}
+        unscored = [pid for pid in ids if pid not in dense]
+        asks = [("turn", ids)] + ([("dense", unscored)] if unscored else [])
+        found = self._shard.query_batch(
+            qe.QueryBatchRequest(
+                [
+                    qe.QueryRequest(
+                        limit=len(among),
+                        query=qe.Query.Nearest(query, using=name),
+                        filter=qe.Filter(must=[qe.HasIdCondition(set(among))]),
+                        with_payload=False,
+                        with_vector=False,
+                    )
+                    for name, among in asks
+                ]
+            )
+        )
+        dense = dict(dense)
+        if unscored:
+            dense.update((_as_uuid(p.id), p.score) for p in found[1])
+        turn = {_as_uuid(p.id): p.score for p in found[0]}
+        return {pid: (dense[pid], turn.get(pid, dense[pid])) for pid in ids if pid in dense}
+
     def _stored(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
-        """Each point's payload and vectors, from the caches or read once (under `_lock`)."""
+        """Each point's payload and sparse terms, from the cache or read once (under
+        `_lock`)."""
         out: dict[uuid.UUID, _Stored] = {}
         missing = []
         for pid in ids:
-            if pid in out:
-                continue
-            payload, vectors = self._payloads.get(pid), self._vectors.get(pid)
-            if payload is None or vectors is None:
+            known = self._cached.get(pid)
+            if known is None:
                 missing.append(pid)
                 continue
-            self._payloads.move_to_end(pid)
-            self._vectors.move_to_end(pid)
-            out[pid] = (payload, vectors)
+            self._cached.move_to_end(pid)
+            out[pid] = known
         if missing:
-            records = self._shard.retrieve(missing, with_payload=True, with_vector=list(_VECTORS))
-            keep = self._vectors_max > 0
+            records = self._shard.retrieve(missing, with_payload=True, with_vector=["sparse"])
+            keep = self._cached_max > 0
             for r in records:
                 pid = _as_uuid(r.id)
-                payload = MemoryPayload.from_dict(r.payload or {})
-                vectors = _stored(r.vector)
-                out[pid] = (payload, vectors)
+                known = (MemoryPayload.from_dict(r.payload or {}), tuple(_terms(r)))
+                out[pid] = known
                 if keep:
-                    self._payloads[pid] = payload
-                    self._vectors[pid] = vectors
-            for cache in (self._payloads, self._vectors):
-                while len(cache) > self._vectors_max:
-                    cache.popitem(last=False)
+                    self._cached[pid] = known
+            while len(self._cached) > self._cached_max:
+                self._cached.popitem(last=False)
+        return out
+
+    def _similar_turns(
+        self, asked: list[uuid.UUID], ids: list[uuid.UUID], min_cosine: float
+    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+        """For each point in `asked`, the other points of `ids` whose turn vector has a
+        cosine of at least `min_cosine` with its own (under `_lock`): its vector read back,
+        then one search over those ids with the threshold as the score floor, all in one
+        batch. Change promotion asks this of the few hits that state a change."""
+        import qdrant_edge as qe
+
+        vectors = self._turn_vectors(asked) if asked else {}
+        asked = [pid for pid in asked if pid in vectors and len(ids) > 1]
+        if not asked:
+            return {}
+        everyone: set[Any] = set(ids)
+        found = self._shard.query_batch(
+            qe.QueryBatchRequest(
+                [
+                    qe.QueryRequest(
+                        limit=len(ids) - 1,
+                        query=qe.Query.Nearest(vectors[pid], using="turn"),
+                        filter=qe.Filter(must=[qe.HasIdCondition(everyone - {pid})]),
+                        score_threshold=min_cosine,
+                        with_payload=False,
+                        with_vector=False,
+                    )
+                    for pid in asked
+                ]
+            )
+        )
+        return {
+            pid: frozenset(_as_uuid(p.id) for p in points)
+            for pid, points in zip(asked, found, strict=True)
+        }
+
+    def _turn_vectors(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        """Each point's turn vector (float16 widened), or its dense one where it has none
+        (under `_lock`)."""
+        out = {}
+        for r in self._shard.retrieve(ids, with_payload=False, with_vector=["turn", "dense"]):
+            named = r.vector if isinstance(r.vector, dict) else {}
+            vector = named.get("turn") or named.get("dense")
+            if vector:
+                out[_as_uuid(r.id)] = list(vector)
         return out
 
     def _terms_of(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[UserKey, list[int]]]:
@@ -426,8 +515,7 @@ class QdrantEdgeIndex:
                     # one that failed part way here: it is retried, and must not come back.
                     if self._journal is not None:
                         self._journal.append(lambda shard: shard.update(op))
-                    self._vectors.clear()
-                    self._payloads.clear()
+                    self._cached.clear()
                 self._terms.drop((tenant_id, user_id))
                 self._points = max(0, self._points - found)
             return found
@@ -471,8 +559,7 @@ class QdrantEdgeIndex:
 
         def forget(ids: Iterable[uuid.UUID]) -> None:
             for pid in ids:
-                self._vectors.pop(pid, None)
-                self._payloads.pop(pid, None)
+                self._cached.pop(pid, None)
 
         def locked() -> None:
             with self._lock:
@@ -503,9 +590,9 @@ class QdrantEdgeIndex:
                     self._journal.append(fn)
                 forget(touched)
                 for pid, patch in patched:
-                    cached = self._payloads.get(pid)
+                    cached = self._cached.get(pid)
                     if cached is not None:
-                        self._payloads[pid] = patched_payload(cached, patch)
+                        self._cached[pid] = (patched_payload(cached[0], patch), cached[1])
 
         try:
             await asyncio.to_thread(locked)
@@ -649,7 +736,11 @@ def _terms(record: Any) -> list[int]:
     return list(getattr(vector.get("sparse"), "indices", None) or ())
 
 
-_Stored = tuple[MemoryPayload, StoredVectors]
+_Stored = tuple[MemoryPayload, tuple[int, ...]]  # a point's payload and sparse terms
+_Cosines = dict[uuid.UUID, tuple[float, float]]  # the query's, with `dense` and `turn`
+# What one cached point holds: ~3.1 kB (tracemalloc over 10k points of a user seeded by
+# bench/seed.py: the `MemoryPayload` with its text and sources, and its terms).
+_CACHED_BYTES = 3072
 
 
 def patched_payload(payload: MemoryPayload, patch: PayloadPatch) -> MemoryPayload:
@@ -661,28 +752,6 @@ def patched_payload(payload: MemoryPayload, patch: PayloadPatch) -> MemoryPayloa
     if "metadata" in fields:
         fields["metadata"] = dict(fields["metadata"])
     return dataclasses.replace(payload, **fields)
-
-
-def _stored(vector: Any) -> StoredVectors:
-    """A point's vectors as recall reads them: float32 arrays (the values the index hands
-    out: `dense` as stored, `turn` widened from float16), the turn vector defaulting to the
-    dense one."""
-    named = vector if isinstance(vector, dict) else {}
-    dense = _frozen(named.get("dense"))
-    turn = named.get("turn")
-    sparse = named.get("sparse")
-    return StoredVectors(
-        dense=dense,
-        turn=_frozen(turn) if turn else dense,
-        sparse_ids=tuple(getattr(sparse, "indices", None) or ()),
-    )
-
-
-def _frozen(values: Sequence[float] | None) -> NDArray[np.float32]:
-    """Cached and shared by every recall that returns the point: read-only."""
-    out = np.asarray(values or (), dtype=np.float32)
-    out.setflags(write=False)
-    return out
 
 
 def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:

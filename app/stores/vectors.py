@@ -250,12 +250,18 @@ class VectorQuery:
     # Valid time (epoch seconds): only points still true then, i.e. without a `valid_to`
     # at or before it (docs/facts.md). None: no valid-time filter.
     valid_at: float | None = None
+    # The hits whose payload this accepts (recall: those that state a change) are compared
+    # with the other hits by turn vector, in the same call (`VectorHit.similar`); an index
+    # whose hits carry their stored vectors may leave it to the caller.
+    compare_turns: Callable[[MemoryPayload], bool] | None = None
+    turn_similarity: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class StoredVectors:
-    """A hit's stored vectors, which recall's relevance and change promotion read: lists, or
-    float32 arrays (the embedded index's, which it keeps for the points it has returned)."""
+    """What recall's relevance reads of a hit's stored vectors: the indexed (`dense`) and
+    own-turn vectors, and the sparse vector's terms. An index that computes the query's
+    cosines itself (`VectorHit.cosines`, the embedded one) leaves `dense` and `turn` empty."""
 
     dense: Sequence[float] | NDArray[np.float32]
     turn: Sequence[float] | NDArray[np.float32]
@@ -268,6 +274,14 @@ class VectorHit:
     score: float  # the list's own score: cosine (dense) or IDF-weighted BM25 (sparse)
     payload: MemoryPayload
     vectors: StoredVectors | None = None
+    # The query's cosine with the point's indexed (`dense`) and own-turn vectors, computed
+    # in the index: no vector crosses into Python (reading them back and building arrays
+    # was a fifth of a recall's GIL time at 100k memories, profiled). None: from `vectors`.
+    cosines: tuple[float, float] | None = None
+    # The other hits of the query's lists whose turn vector has a cosine of at least
+    # `VectorQuery.turn_similarity` with this one's, when the query asked it of this hit
+    # (`compare_turns`) and the index compared them itself. None: from `vectors`.
+    similar: frozenset[uuid.UUID] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +301,8 @@ class VectorIndex(Protocol):
         ...
 
     async def candidates(self, query: VectorQuery) -> CandidateLists:
-        """Both candidate lists, each hit with its payload and stored vectors."""
+        """Both candidate lists, each hit with its payload and its stored vectors or the
+        query's cosines with them (`VectorHit.cosines`)."""
         ...
 
     async def count(self) -> int:

@@ -49,6 +49,12 @@ def unit(v: list[float]) -> np.ndarray:
     return a / np.linalg.norm(a)
 
 
+def turn_cosines(asked: VectorPoint, found: VectorPoint) -> tuple[float, float]:
+    """The cosines of `asked`'s query (`query_for`) with `found`'s dense and turn vectors."""
+    q = unit(asked.dense)
+    return float(unit(found.dense) @ q), float(unit(found.turn_vector) @ q)
+
+
 def generations(root: Path) -> list[str]:
     return sorted(p.name for p in root.glob("c.gen*"))
 
@@ -222,8 +228,9 @@ async def test_a_shard_written_before_the_turn_layout_opens_answers_and_builds(
     assert "datatype" not in stored  # still float32: the type of stored vectors stays
     hits = await index.candidates(query_for(points[3], limit=10))
     assert hits.dense[0].id == points[3].id
-    assert hits.dense[0].vectors is not None
-    assert np.allclose(hits.dense[0].vectors.turn, unit(points[3].turn_vector), atol=1e-6)
+    assert hits.dense[0].cosines == pytest.approx(
+        turn_cosines(points[3], points[3]), abs=1e-5
+    )  # float32: as written
     await index.upsert([point(i, rng) for i in range(300, 350)])
     await index.build_now()
     assert await index.count() == 350
@@ -234,8 +241,7 @@ async def test_a_shard_written_before_the_turn_layout_opens_answers_and_builds(
     assert "datatype" not in built
     again = (await index.candidates(query_for(points[11], limit=400))).dense
     found = next(h for h in again if h.id == points[11].id)
-    assert found.vectors is not None
-    assert np.allclose(found.vectors.turn, unit(points[11].turn_vector), atol=1e-6)
+    assert found.cosines == pytest.approx(turn_cosines(points[11], points[11]), abs=1e-5)
     await index.close()
 
 
@@ -254,10 +260,14 @@ async def test_a_new_shard_stores_turn_vectors_as_float16(tmp_path: Path) -> Non
     assert "datatype" not in stored["dense"]  # searched: float32
     hits = (await index.candidates(query_for(points[5], limit=5))).dense
     assert hits[0].id == points[5].id
-    assert hits[0].vectors is not None
+    (record,) = index._shard.retrieve([points[5].id], with_payload=False, with_vector=["turn"])
     written = unit(points[5].turn_vector)  # cosine: stored normalised
-    assert not np.array_equal(hits[0].vectors.turn, written)  # rounded to float16 ...
-    assert np.allclose(hits[0].vectors.turn, written, rtol=1e-3, atol=1e-3)  # ... no further
+    stored_turn = np.asarray(record.vector["turn"])
+    assert not np.array_equal(stored_turn, written)  # rounded to float16 ...
+    assert np.allclose(stored_turn, written, rtol=1e-3, atol=1e-3)  # ... no further
+    for h in hits:  # and the cosines recall scores with are within its precision
+        p = next(p for p in points if p.id == h.id)
+        assert h.cosines == pytest.approx(turn_cosines(points[5], p), abs=1e-3)
     await index.close()
 
 

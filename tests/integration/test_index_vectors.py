@@ -1,6 +1,7 @@
-"""The embedded index keeps the stored vectors of the points it returned: recall scores
-the same with the cache as with every vector read anew, and a point written again is
-never scored with its old vectors."""
+"""The embedded index computes the query's cosines with its candidates' vectors itself, and
+keeps their payloads and terms: recall scores as it would with every vector and payload
+read anew, a point written again is never scored with its old vectors, and the hits
+change promotion asks about carry the others similar to them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from app.core import terms
 from app.services.search import Pool, Score, SearchSpec
 from app.settings import Settings
-from app.stores.qdrant_edge import QdrantEdgeIndex
+from app.stores.qdrant_edge import _CACHED_BYTES, QdrantEdgeIndex
 from app.stores.vectors import (
     CandidateLists,
     MemoryPayload,
@@ -58,48 +59,76 @@ def query(n: int, rng: np.random.Generator) -> tuple[SearchSpec, VectorQuery]:
 
 
 def as_lists(index: QdrantEdgeIndex, lists: CandidateLists) -> CandidateLists:
-    """The hits with their vectors read from the shard as lists of floats, as recall read
-    them before the cache."""
+    """The hits with their vectors read from the shard as lists of floats and no cosines:
+    what recall scored before the index computed them."""
     ids = list({h.id for h in (*lists.dense, *lists.sparse)})
-    records = index._shard.retrieve(
-        ids, with_payload=False, with_vector=["dense", "turn", "sparse"]
-    )
-    stored = {}
+    records = index._shard.retrieve(ids, with_payload=True, with_vector=["dense", "turn", "sparse"])
+    stored, payloads = {}, {}
     for r in records:
         v = r.vector
-        stored[uuid.UUID(str(r.id))] = StoredVectors(
+        pid = uuid.UUID(str(r.id))
+        stored[pid] = StoredVectors(
             dense=v["dense"], turn=v["turn"], sparse_ids=list(v["sparse"].indices)
         )
+        payloads[pid] = MemoryPayload.from_dict(r.payload)
 
     def read(hits: list[VectorHit]) -> list[VectorHit]:
-        return [VectorHit(h.id, h.score, h.payload, stored[h.id]) for h in hits]
+        return [VectorHit(h.id, h.score, payloads[h.id], stored[h.id]) for h in hits]
 
     return CandidateLists(read(lists.dense), read(lists.sparse))
 
 
-def scored(spec: SearchSpec, q: VectorQuery, lists: CandidateLists) -> list[tuple[int, float]]:
+def scored(spec: SearchSpec, q: VectorQuery, lists: CandidateLists) -> dict[int, float]:
     pool = Pool(lists, 3, q.dense, frozenset(q.sparse.indices))
-    return [(c.hit.id.int, c.score) for c in Score(Settings(_env_file=None))(spec, pool)]
+    return {c.hit.id.int: c.score for c in Score(Settings(_env_file=None))(spec, pool)}
+
+
+def cosine(a: Any, b: Any) -> float:
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+
+
+def assert_cosines_and_scores_as_read_anew(
+    index: QdrantEdgeIndex, spec: SearchSpec, q: VectorQuery, lists: CandidateLists
+) -> None:
+    anew = as_lists(index, lists)
+    read = {h.id: h for h in (*anew.dense, *anew.sparse)}
+    for hit in (*lists.dense, *lists.sparse):
+        assert hit.cosines is not None
+        assert hit.vectors is not None
+        assert not len(hit.vectors.dense)
+        stored = read[hit.id].vectors
+        assert stored is not None
+        assert hit.vectors.sparse_ids == tuple(stored.sparse_ids)
+        assert hit.payload == read[hit.id].payload
+        # `turn` is float16 in the shard: its cosines within ~1e-3 of ours (rounding).
+        assert hit.cosines == pytest.approx(
+            (cosine(stored.dense, q.dense), cosine(stored.turn, q.dense)), abs=1e-3
+        )
+    assert scored(spec, q, lists) == pytest.approx(scored(spec, q, anew), abs=1e-3)
 
 
 @pytest.mark.parametrize("room", [20, 1000])  # 20: most points pass through and out again
-async def test_cached_vectors_score_as_vectors_read_anew_and_follow_a_rewrite(
+async def test_the_index_cosines_score_as_vectors_read_anew_and_follow_a_rewrite(
     tmp_path: Path, room: int
 ) -> None:
     rng = np.random.default_rng(11)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=room * 2 * 4 * DIM)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=room * _CACHED_BYTES)
     await index.ensure_collection()
     points = [point(i, rng) for i in range(300)]
     await index.upsert(points)
     asked = [query(n, rng) for n in range(12)]
 
+    sparse_only = 0
     for _ in range(2):  # the first round fills the cache, the second reads it
         for spec, q in asked:
             lists = await index.candidates(q)
             assert lists.dense
             assert lists.sparse
-            assert scored(spec, q, lists) == scored(spec, q, as_lists(index, lists))
-            assert len(index._vectors) <= room
+            sparse_only += len({h.id for h in lists.sparse} - {h.id for h in lists.dense})
+            assert_cosines_and_scores_as_read_anew(index, spec, q, lists)
+            assert len(index._cached) <= room
+    assert sparse_only  # some dense cosines came from the search over the hits' ids
 
     # Written again with new vectors (a re-embedding): never scored with the old ones.
     rewritten = [
@@ -108,7 +137,51 @@ async def test_cached_vectors_score_as_vectors_read_anew_and_follow_a_rewrite(
     await index.upsert(rewritten)
     for spec, q in asked:
         lists = await index.candidates(q)
-        assert scored(spec, q, lists) == scored(spec, q, as_lists(index, lists))
+        assert_cosines_and_scores_as_read_anew(index, spec, q, lists)
+    await index.close()
+
+
+async def test_hits_asked_about_carry_the_hits_with_similar_turn_vectors(tmp_path: Path) -> None:
+    """Change promotion's comparisons, made in the same call: each hit whose payload the
+    query's `compare_turns` accepts carries the other hits whose turn vector has a cosine
+    of at least `turn_similarity` with its own (a point written without a turn vector by its
+    dense one); the other hits, and every hit of a query that asks nothing, carry None."""
+    rng = np.random.default_rng(3)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()
+    points = [point(i, rng) for i in range(40)]
+    base = np.asarray(points[0].turn_vector)
+    for n in range(1, 40, 3):  # some turns near the first one's
+        points[n].turn = (base + 0.5 * rng.standard_normal(DIM)).astype(np.float32).tolist()
+    points[6].turn = None  # stored with its dense vector as its turn
+    await index.upsert(points)
+    turn = {p.id: p.turn_vector for p in points}
+    asked = {points[0].id, points[6].id, points[9].id}
+    _, q = query(0, rng)
+    q = VectorQuery(TENANT, USER, q.dense, q.sparse, limit=40)
+
+    plain = await index.candidates(q)
+    assert all(h.similar is None for h in (*plain.dense, *plain.sparse))
+
+    q.compare_turns = lambda payload: (
+        payload.content in {p.payload.content for p in points if p.id in asked}
+    )
+    q.turn_similarity = 0.4
+    lists = await index.candidates(q)
+    hits = {h.id: h for h in (*lists.dense, *lists.sparse)}
+    assert asked <= set(hits)
+    for pid, h in hits.items():
+        if pid not in asked:
+            assert h.similar is None
+            continue
+        assert h.similar is not None
+        others = set(hits) - {pid}
+        near = {o for o in others if cosine(turn[pid], turn[o]) >= 0.4 + 1e-3}
+        far = {o for o in others if cosine(turn[pid], turn[o]) < 0.4 - 1e-3}
+        assert near <= h.similar
+        assert not h.similar & far
+        assert h.similar <= others
+    assert len(hits[points[0].id].similar or ()) >= 10  # met by many, not by chance
     await index.close()
 
 
@@ -121,7 +194,7 @@ async def test_cached_payloads_follow_every_write(tmp_path: Path, room: int) -> 
     from app.stores.vectors import PayloadPatch
 
     rng = np.random.default_rng(5)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=room * 2 * 4 * DIM)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=room * _CACHED_BYTES)
     await index.ensure_collection()
     points = [point(i, rng) for i in range(60)]
     await index.upsert(points)
@@ -133,7 +206,7 @@ async def test_cached_payloads_follow_every_write(tmp_path: Path, room: int) -> 
 
     first = payloads(await index.candidates(q))
     assert first == {p.id: p.payload for p in points if p.id in first}
-    assert len(index._payloads) <= room
+    assert len(index._cached) <= room
 
     def stored(pid: uuid.UUID) -> MemoryPayload:
         (record,) = index._shard.retrieve([pid], with_payload=True, with_vector=False)
@@ -191,14 +264,14 @@ async def test_a_write_that_fails_part_way_leaves_no_stale_cached_payload(tmp_pa
     from app.stores.vectors import PayloadPatch
 
     rng = np.random.default_rng(9)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=1000 * 2 * 4 * DIM)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=1000 * _CACHED_BYTES)
     await index.ensure_collection()
     await index.upsert([point(i, rng) for i in range(30)])
     _, asked = query(0, rng)
     q = VectorQuery(TENANT, USER, asked.dense, asked.sparse, limit=30)
     before = {h.id: h.payload for h in (await index.candidates(q)).dense}
     first, second = list(before)[:2]
-    assert index._payloads[first] == before[first]  # cached
+    assert index._cached[first][0] == before[first]  # cached
 
     real = index._shard
     index._shard = _FailingSecondUpdate(real)

@@ -295,3 +295,39 @@ async def test_a_question_naming_a_date_prefers_memories_from_then(
         time_range={"from": "2023-07-01T00:00:00Z", "to": "2023-08-01T00:00:00Z"},
     )
     assert [r["sources"][0]["message_id"] for r in ranged] == ["july"]
+
+
+async def test_a_stated_change_ranks_above_the_statement_it_replaces(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Newer facts first through the API, in each mode: the embedded index compares the
+    turn that states a change with the others in the same search, the server's hits are
+    compared by their vectors. Asked about the period of the old plan, the order is as
+    ranked (the old statement may be the answer)."""
+    user, session = ids("user"), ids("session")
+    old = "The move to the new flat is on October 1st."
+    new = "I changed the move to the new flat to October 8th instead."
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn(old, id="old", created_at="2026-09-01T10:00:00Z"),
+            turn(
+                "Boxes are cheaper at the hardware store.",
+                id="a",
+                created_at="2026-09-02T10:00:00Z",
+            ),
+            turn("My sister will help with the boxes.", id="b", created_at="2026-09-03T10:00:00Z"),
+            turn(new, id="new", created_at="2026-09-20T10:00:00Z"),
+        ],
+    )
+    query = "When is the move to the new flat on October 1st?"
+    found = [r["content"] for r in await recall(running, user, query, min_relevance=0)]
+    assert found.index(f"user: {new}") < found.index(f"user: {old}"), found
+    september = {"from": "2026-08-01T00:00:00Z", "to": "2026-10-01T00:00:00Z"}  # both
+    window = [
+        r["content"]
+        for r in await recall(running, user, query, time_range=september, min_relevance=0)
+    ]
+    assert window[0] == f"user: {old}", window

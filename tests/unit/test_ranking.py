@@ -197,19 +197,35 @@ def _unit(*xs: float) -> np.ndarray:
 def test_a_newer_change_moves_above_the_similar_older_result() -> None:
     same = _unit(1, 0)
     items = [
-        Statement(created_at=100, changes=False, vector=_unit(0, 1)),  # unrelated, older
-        Statement(created_at=200, changes=False, vector=same),  # the old plan
-        Statement(created_at=300, changes=False, vector=same),
-        Statement(created_at=400, changes=True, vector=same),  # "changed it to …"
+        Statement(created_at=100, changes=False),  # unrelated, older
+        Statement(created_at=200, changes=False),  # the old plan
+        Statement(created_at=300, changes=False),
+        Statement(created_at=400, changes=True),  # "changed it to …"
     ]
-    assert ranking.promote_changes(items, 0.4) == [0, 3, 1, 2]
+    vectors = [_unit(0, 1), same, same, same]
+    similar = ranking.similar_by_vectors(vectors, 0.4)
+    assert ranking.promote_changes(items, similar) == [0, 3, 1, 2]
     # Not above a newer statement, nor above a dissimilar one.
     newer_first = [
-        Statement(created_at=500, changes=False, vector=same),
-        Statement(created_at=400, changes=True, vector=same),
+        Statement(created_at=500, changes=False),
+        Statement(created_at=400, changes=True),
     ]
-    assert ranking.promote_changes(newer_first, 0.4) == [0, 1]
-    assert ranking.promote_changes(items[:1] + items[3:], 0.4) == [0, 1]
+    assert ranking.promote_changes(newer_first, ranking.similar_by_vectors([same, same], 0.4)) == [
+        0,
+        1,
+    ]
+    apart = ranking.similar_by_vectors([vectors[0], vectors[3]], 0.4)
+    assert ranking.promote_changes(items[:1] + items[3:], apart) == [0, 1]
+    # Asked only about results ranked above the one that states the change.
+    asked: list[tuple[int, int]] = []
+
+    def record(i: int, k: int) -> bool:
+        asked.append((i, k))
+        return similar(i, k)
+
+    ranking.promote_changes(items, record)
+    assert asked
+    assert all(k < i for i, k in asked)
 
 
 def test_relevance_is_the_fitted_logistic_shifted() -> None:

@@ -447,8 +447,9 @@ def test_the_vectorised_score_gives_the_scalar_scores_and_order(
 def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
     rows: list[tuple[bool, int, list[float]]],
 ) -> None:
-    """The stage builds only the unit vectors a comparison can read; the order is the one
-    `promote_changes` gives with every candidate's vector."""
+    """The order is the one `promote_changes` gives with every candidate's turn vector,
+    whether the stage compares the hits' stored vectors or reads the similar hits the
+    index found (hits without vectors, as the embedded index returns them)."""
     hits = [
         hit(
             n,
@@ -459,13 +460,43 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
         for n, (changes, days, v) in enumerate(rows)
     ]
     pool = [Candidate(h, 0.5, 1.0, 0.5, 1.0 - n / 100) for n, h in enumerate(hits)]
-    out = asyncio.run(NewerFactsFirst(0.4)(spec(), pool))
+    vectors = [_unit(h.vectors.turn) if h.vectors else None for h in hits]
     items = [
         ranking.Statement(
             created_at=h.payload.created_at.timestamp(),
             changes=ranking.states_change(h.payload.text),
-            vector=_unit(h.vectors.turn) if h.vectors else None,
         )
         for h in hits
     ]
-    assert [c.hit.id.int for c in out] == ranking.promote_changes(items, 0.4)
+    expected = ranking.promote_changes(items, ranking.similar_by_vectors(vectors, 0.4))
+    out = asyncio.run(NewerFactsFirst(0.4)(spec(), pool))
+    assert [c.hit.id.int for c in out] == expected
+
+    # As the embedded index returns them: no vectors, and for a hit that states a change
+    # the other hits whose turn vector is similar to its own.
+    def similar_to(n: int) -> frozenset[uuid.UUID] | None:
+        own = vectors[n]
+        if not items[n].changes:
+            return None
+        if own is None:
+            return frozenset()
+        return frozenset(
+            h.id
+            for k, h in enumerate(hits)
+            if k != n and (v := vectors[k]) is not None and float(v @ own) >= 0.4
+        )
+
+    bare = [
+        dataclasses.replace(
+            c,
+            hit=dataclasses.replace(
+                c.hit,
+                vectors=StoredVectors((), (), c.hit.vectors.sparse_ids if c.hit.vectors else ()),
+                cosines=(0.5, 0.5),
+                similar=similar_to(n),
+            ),
+        )
+        for n, c in enumerate(pool)
+    ]
+    out = asyncio.run(NewerFactsFirst(0.4)(spec(), bare))
+    assert [c.hit.id.int for c in out] == expected
