@@ -339,13 +339,14 @@ def promote_changes(items: Sequence[Statement], similar: Callable[[int, int], bo
 
 
 def similar_by_vectors(
-    vectors: Sequence[NDArray[np.float32] | None], min_similarity: float
+    unit: Callable[[int], NDArray[np.float32] | None], min_similarity: float
 ) -> Callable[[int, int], bool]:
-    """`promote_changes`'s `similar` over unit turn vectors: a cosine of at least
-    `min_similarity`; a result without a vector is similar to none."""
+    """`promote_changes`'s `similar` over unit turn vectors (`unit(i)`: result i's, or None;
+    a callable, so that only the vectors a comparison reads are built): a cosine of at
+    least `min_similarity`; a result without a vector is similar to none."""
 
     def similar(i: int, k: int) -> bool:
-        a, b = vectors[i], vectors[k]
+        a, b = unit(i), unit(k)
         return a is not None and b is not None and float(a @ b) >= min_similarity
 
     return similar

@@ -168,6 +168,7 @@ class FactExtractor:
                     limit=self.settings.fact_candidates,
                     memory_types=list(facts.FACT_TYPES),
                     kinds=["memory"],
+                    with_cosines=False,  # the dense list's own scores are what it reads
                     valid_at=now,
                 )
             )

@@ -3,9 +3,10 @@
 A search is a pipeline over one `SearchSpec` (`app.services.search`): rewrite the query,
 retrieve candidates, score them, then any further stages, then cut to `top_k`.
 The index returns two candidate lists (dense and sparse, one batched query, each hit with
-its payload and stored vectors); `Score` fuses them and computes the calibrated relevance
-reported as `semantic`. Recency and importance come from the point payload, so a recall
-costs one embedding and one index round trip. Reinforcement (of the results that count as
+its payload and the query's cosines with its vectors, or the vectors themselves); `Score`
+fuses them and computes the calibrated relevance reported as `semantic`. Recency and
+importance come from the point payload, so a recall costs one embedding and one index
+round trip. Reinforcement (of the results that count as
 used, `reinforcement.counts_as_use`, and of an agent's feedback) is counted in memory and
 flushed in batches about once a second, off the request's path: many recalls of the same
 memory cost one write and one `reinforced` audit event (docs/forgetting.md).
@@ -34,6 +35,7 @@ from app.schemas.forgetting import FeedbackAccepted, FeedbackRequest
 from app.schemas.recall import RecallRequest, RecallResponse
 from app.services.search import (
     Found,
+    NewerFactsFirst,
     Pool,
     Rewriter,
     Score,
@@ -72,6 +74,9 @@ class RecallService:
         self.rewriter = rewriter
         self.score = Score(settings)
         self.stages = list(stages)  # after scoring, in order; docs/seams.md
+        # Change promotion's comparisons are made by the index in the retrieval's own call,
+        # at the stage's threshold; without the stage, none are asked for.
+        self._changes = next((s for s in self.stages if isinstance(s, NewerFactsFirst)), None)
         self.clock = clock
         self._pending: dict[tuple[str, str], _Counts] = {}
         self._flusher: asyncio.Task[None] | None = None
@@ -155,8 +160,12 @@ class RecallService:
                 valid_at=(spec.as_of or self.clock()).timestamp(),
                 # Change promotion's comparisons, made by the index in the same call
                 # (`NewerFactsFirst`, which a question about a period skips).
-                compare_turns=None if spec.asks_about_a_period() else states_change,
-                turn_similarity=s.change_similarity,
+                compare_turns=(
+                    states_change
+                    if self._changes is not None and not spec.asks_about_a_period()
+                    else None
+                ),
+                turn_similarity=self._changes.min_similarity if self._changes else 1.0,
             )
         )
         return Pool(lists, max_access, dense, frozenset(sparse.indices))

@@ -102,7 +102,7 @@ class SearchSpec:
 @dataclass(frozen=True, slots=True)
 class Pool:
     """What retrieval found: the two candidate lists (dense and sparse, best first, with
-    their stored vectors), the query's vector and index terms, and the user's highest
+    their cosines or stored vectors), the query's vector and index terms, and the user's highest
     access count (it normalises importance)."""
 
     lists: CandidateLists
@@ -505,14 +505,11 @@ class NewerFactsFirst:
         if not any(item.changes for item in items):
             return candidates
         hits = [c.hit for c in candidates]
-        unit = _turn_units(hits)
+        by_vectors = ranking.similar_by_vectors(_turn_units(hits), self.min_similarity)
 
         def similar(i: int, k: int) -> bool:
             known = hits[i].similar
-            if known is not None:
-                return hits[k].id in known
-            a, b = unit(i), unit(k)
-            return a is not None and b is not None and float(a @ b) >= self.min_similarity
+            return hits[k].id in known if known is not None else by_vectors(i, k)
 
         return [candidates[i] for i in ranking.promote_changes(items, similar)]
 

@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from app.errors import VectorStoreUnavailable
 from app.stores.term_counts import TermCounts, UserKey
 from app.stores.vectors import (
@@ -308,7 +310,7 @@ class QdrantEdgeIndex:
             ids = list(dict.fromkeys(_as_uuid(p.id) for points in lists for p in points))
             dense = {_as_uuid(p.id): p.score for p in lists[0]}
             stored = self._stored(ids)
-            cosines = self._cosines(query.dense, ids, dense)
+            cosines = self._cosines(query.dense, ids, dense) if query.with_cosines else {}
             similar = {}
             if query.compare_turns is not None:
                 asked = [
@@ -339,9 +341,10 @@ class QdrantEdgeIndex:
         self, query: list[float], ids: list[uuid.UUID], dense: dict[uuid.UUID, float]
     ) -> _Cosines:
         """The query's cosine with each point's `dense` and `turn` vectors (under `_lock`):
-        one search of each over just these ids, the scores computed in the shard. The dense
-        list already scored its own hits; a point without a turn vector (a shard written
-        before them) is compared by its dense one, as it was indexed."""
+        one exact search of each over just these ids, the scores computed in the shard (the
+        dense list already scored its own hits). A point the searches did not score (none
+        was seen to be left out; this keeps such a point from scoring as cosine 0) has its
+        vectors read back and compared here."""
         import qdrant_edge as qe
 
         if not ids:
@@ -355,6 +358,7 @@ class QdrantEdgeIndex:
                         limit=len(among),
                         query=qe.Query.Nearest(query, using=name),
                         filter=qe.Filter(must=[qe.HasIdCondition(set(among))]),
+                        params=qe.SearchParams(exact=True),
                         with_payload=False,
                         with_vector=False,
                     )
@@ -366,7 +370,25 @@ class QdrantEdgeIndex:
         if unscored:
             dense.update((_as_uuid(p.id), p.score) for p in found[1])
         turn = {_as_uuid(p.id): p.score for p in found[0]}
-        return {pid: (dense[pid], turn.get(pid, dense[pid])) for pid in ids if pid in dense}
+        out = {pid: (dense[pid], turn[pid]) for pid in ids if pid in dense and pid in turn}
+        if len(out) < len(ids):
+            out.update(self._cosines_read_back(query, [pid for pid in ids if pid not in out]))
+        return out
+
+    def _cosines_read_back(self, query: list[float], ids: list[uuid.UUID]) -> _Cosines:
+        """`_cosines` from the stored vectors themselves (under `_lock`)."""
+        q = np.asarray(query, dtype=np.float64)
+        q /= max(float(np.linalg.norm(q)), 1e-12)
+        out = {}
+        for r in self._shard.retrieve(ids, with_payload=False, with_vector=["dense", "turn"]):
+            named = r.vector if isinstance(r.vector, dict) else {}
+            pair = []
+            for name in ("dense", "turn"):
+                v = np.asarray(named.get(name) or (), dtype=np.float64)
+                norm = float(np.linalg.norm(v)) if len(v) == len(q) else 0.0
+                pair.append(float(v @ q) / norm if norm > 0 else 0.0)
+            out[_as_uuid(r.id)] = (pair[0], pair[1])
+        return out
 
     def _stored(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
         """Each point's payload and sparse terms, from the cache or read once (under
@@ -428,12 +450,10 @@ class QdrantEdgeIndex:
         }
 
     def _turn_vectors(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
-        """Each point's turn vector (float16 widened), or its dense one where it has none
-        (under `_lock`)."""
+        """Each point's turn vector, float16 widened (under `_lock`)."""
         out = {}
-        for r in self._shard.retrieve(ids, with_payload=False, with_vector=["turn", "dense"]):
-            named = r.vector if isinstance(r.vector, dict) else {}
-            vector = named.get("turn") or named.get("dense")
+        for r in self._shard.retrieve(ids, with_payload=False, with_vector=["turn"]):
+            vector = r.vector.get("turn") if isinstance(r.vector, dict) else None
             if vector:
                 out[_as_uuid(r.id)] = list(vector)
         return out
@@ -721,7 +741,6 @@ class QdrantEdgeIndex:
         await asyncio.to_thread(shut)
 
 
-_VECTORS = ("dense", "turn", "sparse")
 _OWNER = ["tenant_id", "user_id"]
 
 
@@ -757,7 +776,7 @@ def patched_payload(payload: MemoryPayload, patch: PayloadPatch) -> MemoryPayloa
 def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
     """How a shard holds its points (bench/README.md, "Memory of the index").
 
-    The `turn` vector is read back by id, never searched: it is stored as float16 (its
+    The `turn` vector is compared by id, never searched for neighbours: float16 (its
     cosines within ~1e-3 of float32's) with no HNSW graph, ~1 kB less per memory and a
     graph build's peak ~190 MiB lower at 20k memories. The searched `dense` vector stays
     float32: float16 made a graph search ~0.7 ms slower (no half-precision arithmetic on

@@ -255,6 +255,9 @@ class VectorQuery:
     # whose hits carry their stored vectors may leave it to the caller.
     compare_turns: Callable[[MemoryPayload], bool] | None = None
     turn_similarity: float = 1.0
+    # The query's cosines with each hit's vectors (`VectorHit.cosines`, relevance reads
+    # them); a caller that reads only the lists' own scores (fact extraction) skips them.
+    with_cosines: bool = True
 
 
 @dataclass(frozen=True, slots=True)

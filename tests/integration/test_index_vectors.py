@@ -93,6 +93,7 @@ def assert_cosines_and_scores_as_read_anew(
 ) -> None:
     anew = as_lists(index, lists)
     read = {h.id: h for h in (*anew.dense, *anew.sparse)}
+    read_cosines = {h.id: h.cosines for h in (*lists.dense, *lists.sparse)}
     for hit in (*lists.dense, *lists.sparse):
         assert hit.cosines is not None
         assert hit.vectors is not None
@@ -106,6 +107,12 @@ def assert_cosines_and_scores_as_read_anew(
             (cosine(stored.dense, q.dense), cosine(stored.turn, q.dense)), abs=1e-3
         )
     assert scored(spec, q, lists) == pytest.approx(scored(spec, q, anew), abs=1e-3)
+    # The fallback for a point the searches would not score: the same, from the vectors.
+    ids = list(read)
+    with index._lock:
+        again = index._cosines_read_back(q.dense, ids)
+    for pid in ids:
+        assert again[pid] == pytest.approx(read_cosines[pid], abs=1e-3)
 
 
 @pytest.mark.parametrize("room", [20, 1000])  # 20: most points pass through and out again
@@ -144,8 +151,8 @@ async def test_the_index_cosines_score_as_vectors_read_anew_and_follow_a_rewrite
 async def test_hits_asked_about_carry_the_hits_with_similar_turn_vectors(tmp_path: Path) -> None:
     """Change promotion's comparisons, made in the same call: each hit whose payload the
     query's `compare_turns` accepts carries the other hits whose turn vector has a cosine
-    of at least `turn_similarity` with its own (a point written without a turn vector by its
-    dense one); the other hits, and every hit of a query that asks nothing, carry None."""
+    of at least `turn_similarity` with its own; the other hits, and every hit of a query
+    that asks nothing, carry None."""
     rng = np.random.default_rng(3)
     index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
@@ -153,7 +160,6 @@ async def test_hits_asked_about_carry_the_hits_with_similar_turn_vectors(tmp_pat
     base = np.asarray(points[0].turn_vector)
     for n in range(1, 40, 3):  # some turns near the first one's
         points[n].turn = (base + 0.5 * rng.standard_normal(DIM)).astype(np.float32).tolist()
-    points[6].turn = None  # stored with its dense vector as its turn
     await index.upsert(points)
     turn = {p.id: p.turn_vector for p in points}
     asked = {points[0].id, points[6].id, points[9].id}

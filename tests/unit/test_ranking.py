@@ -203,18 +203,20 @@ def test_a_newer_change_moves_above_the_similar_older_result() -> None:
         Statement(created_at=400, changes=True),  # "changed it to …"
     ]
     vectors = [_unit(0, 1), same, same, same]
-    similar = ranking.similar_by_vectors(vectors, 0.4)
+    similar = ranking.similar_by_vectors(vectors.__getitem__, 0.4)
     assert ranking.promote_changes(items, similar) == [0, 3, 1, 2]
     # Not above a newer statement, nor above a dissimilar one.
     newer_first = [
         Statement(created_at=500, changes=False),
         Statement(created_at=400, changes=True),
     ]
-    assert ranking.promote_changes(newer_first, ranking.similar_by_vectors([same, same], 0.4)) == [
+    assert ranking.promote_changes(
+        newer_first, ranking.similar_by_vectors([same, same].__getitem__, 0.4)
+    ) == [
         0,
         1,
     ]
-    apart = ranking.similar_by_vectors([vectors[0], vectors[3]], 0.4)
+    apart = ranking.similar_by_vectors([vectors[0], vectors[3]].__getitem__, 0.4)
     assert ranking.promote_changes(items[:1] + items[3:], apart) == [0, 1]
     # Asked only about results ranked above the one that states the change.
     asked: list[tuple[int, int]] = []

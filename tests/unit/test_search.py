@@ -468,7 +468,7 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
         )
         for h in hits
     ]
-    expected = ranking.promote_changes(items, ranking.similar_by_vectors(vectors, 0.4))
+    expected = ranking.promote_changes(items, ranking.similar_by_vectors(vectors.__getitem__, 0.4))
     out = asyncio.run(NewerFactsFirst(0.4)(spec(), pool))
     assert [c.hit.id.int for c in out] == expected
 
