@@ -136,12 +136,14 @@ class Settings(BaseSettings):
     worker_lease_seconds: float = Field(default=30.0, gt=0)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
     worker_debounce_seconds: float = Field(
-        default=0.0,
+        default=0.2,
         ge=0,
         le=5,
-        description="pause after a pass that was not full, to gather a trickle of messages "
-        "into fewer passes; 0 (the default) promotes at once, and messages that arrive "
-        "during a pass are gathered by the next one anyway",
+        description="pause after a pass that took all there was, to gather a trickle of "
+        "messages into fewer passes (one message a pass held the SQLite writer and the "
+        "event loop: single-message ingest p50 14-15 ms, 3.7-5.0 ms with 0.2); a request "
+        "that waits for the index (`wait=true`) ends the pause at once, and a backlog (an "
+        "import) never pauses; 0: no pause",
     )
     worker_heartbeat_file: Path | None = Field(
         default=None, description="touched after every worker pass (container healthcheck)"

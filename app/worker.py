@@ -73,6 +73,7 @@ async def run_worker(
     try:
         while not stop.is_set():
             signals.work.clear()  # what arrives from here on is seen by this pass or wakes us
+            signals.urgent.clear()  # a request that waits from here on ends the next pause
             try:
                 started = time.perf_counter()
                 done = await promoter.run_once()
@@ -91,8 +92,11 @@ async def run_worker(
                 if trimmer.due(time.monotonic()) and await asyncio.to_thread(trimmer.idle):
                     resources.metrics.heap_trims.inc()
                 await _wait_for_work(signals, stop, poll)
-            elif done < settings.worker_batch_messages and settings.worker_debounce_seconds:
-                await _sleep_or_stop(stop, settings.worker_debounce_seconds)
+            elif not promoter.left_backlog and settings.worker_debounce_seconds:
+                # A trickle (the pass took all there was): gather what arrives next into one
+                # pass, unless a request waits for the index (`Signals.hurry`) or started to
+                # meanwhile. A backlog (an import) goes on at once.
+                await _wait_for(signals.urgent, stop, settings.worker_debounce_seconds)
     finally:
         current = asyncio.current_task()
         if not stop.is_set() or (current is not None and current.cancelling()):
@@ -175,9 +179,14 @@ async def _reindex_if_empty(resources: Resources) -> None:
 async def _wait_for_work(signals: Signals, stop: asyncio.Event, poll: float) -> None:
     """Until a wake-up (ingest in this process, or another's over Redis), `stop`, or the
     poll interval. If Redis is down the other processes' wake-ups are lost, not the work."""
-    waiter = asyncio.ensure_future(signals.work.wait())
+    await _wait_for(signals.work, stop, poll)
+
+
+async def _wait_for(event: asyncio.Event, stop: asyncio.Event, seconds: float) -> None:
+    """Until `event`, `stop`, or `seconds`."""
+    waiter = asyncio.ensure_future(event.wait())
     stopper = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({waiter, stopper}, timeout=poll, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({waiter, stopper}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     for task in (waiter, stopper):
         task.cancel()
     await asyncio.gather(waiter, stopper, return_exceptions=True)

@@ -280,12 +280,14 @@ class IngestService:
             rows, last_seq = [], nothing.last_seq
         else:
             last_seq = rows[-1]["seq"]
-            await self._after_commit(tenant_id, session_id, rows)
+            await self._after_commit(tenant_id, session_id, rows, urgent=body.wait)
         response = IngestResponse(
             accepted=len(rows), duplicates=len(body.messages) - len(rows), last_seq=last_seq
         )
         if body.wait:
-            response.indexed_seq = await self._wait_indexed(tenant_id, session_id, last_seq)
+            response.indexed_seq = await self._wait_indexed(
+                tenant_id, session_id, last_seq, hurried=bool(rows)
+            )
         return response
 
     async def _append(
@@ -350,8 +352,10 @@ class IngestService:
         return rows
 
     async def _after_commit(
-        self, tenant_id: str, session_id: str, rows: list[dict[str, Any]]
+        self, tenant_id: str, session_id: str, rows: list[dict[str, Any]], *, urgent: bool
     ) -> None:
+        """The new turns into the buffer, and the workers woken (`urgent`: the request will
+        wait for them to be indexed, so a worker gathering a trickle goes on at once)."""
         entries = [
             MessageOut(
                 id=r["client_id"] or f"seq:{r['seq']}",
@@ -365,16 +369,18 @@ class IngestService:
         ]
         try:
             # With `wake`, the pipeline also tells the workers of other processes.
-            await self.buffer.push(tenant_id, session_id, entries, wake=True)
+            await self.buffer.push(tenant_id, session_id, entries, wake=True, urgent=urgent)
         except BufferUnavailable:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
             # The workers' poll still finds the backlog; a wake-up only saves the wait.
         finally:
             # An in-process worker starts now: after the push, so that its pass does not
             # share the event loop with the rest of this request (it reads the log anyway).
-            self.signals.work_arrived()
+            self.signals.work_arrived(urgent=urgent)
 
-    async def _wait_indexed(self, tenant_id: str, session_id: str, target: int) -> int:
+    async def _wait_indexed(
+        self, tenant_id: str, session_id: str, target: int, *, hurried: bool = False
+    ) -> int:
         """Wait until the watermark reaches `target` or the wait times out.
 
         The worker wakes us when it commits an advance of this session (`Signals`), with
@@ -392,6 +398,9 @@ class IngestService:
                 left = deadline - time.monotonic()
                 if indexed is None or indexed >= target or left <= 0:
                     return indexed or 0
+                if not hurried:  # a worker gathering a trickle of messages goes on now
+                    await self.signals.hurry()
+                    hurried = True
                 await watch.wait(min(left, self.settings.wait_poll_seconds))
                 if watch.seq >= target:
                     return watch.seq

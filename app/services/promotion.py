@@ -94,6 +94,9 @@ class Promoter:
         # The vectors of the lines embedded lately: a slice's context turns were the last
         # slice's new ones, and a long turn costs tenths of a second to embed again.
         self.recent_lines = LineCache(512)
+        # Whether the last pass left messages behind (a slice's bound, or more sessions than
+        # one pass claims): the worker then goes on at once, never pausing to gather.
+        self.left_backlog = False
         # With an LLM: each committed batch with a user message queues its fact
         # extraction (app/services/facts.py), in the batch's own transaction.
         self.extract_facts = extract_facts
@@ -114,6 +117,7 @@ class Promoter:
                 lease_until=self._lease_until(),
                 limit=max_sessions,
             )
+        self.left_backlog = len(claims) >= max_sessions
         return await self.promote_all(claims)
 
     async def promote_all(self, claims: list[Claim]) -> int:
@@ -144,6 +148,8 @@ class Promoter:
                     continue
                 if piece is not None:
                     slices[n] = piece
+                    if piece.upto < claim.last_seq:
+                        self.left_backlog = True
             embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]] = {}
             try:
                 embedded = await self._embed_all([c for p in slices.values() for c in p.chunks])

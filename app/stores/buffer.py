@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from app.errors import BufferUnavailable
 
 WAKE_CHANNEL = "strata:wake"
+URGENT_WAKE = b"2"  # a wake-up for which a request waits (`Signals.hurry`)
 
 
 def _window_key(tenant_id: str, session_id: str) -> str:
@@ -81,9 +82,11 @@ class Buffer:
         messages: Sequence[dict[str, Any]],
         *,
         wake: bool = False,
+        urgent: bool = False,
     ) -> None:
         """Add messages (each with `seq`), keep the newest `window`, refresh the TTL, and
-        with `wake` tell the workers, all in one round trip."""
+        with `wake` tell the workers (`urgent`: a request waits for the index, see
+        `app.stores.signals`), all in one round trip."""
         if not messages:
             return
         key = _window_key(tenant_id, session_id)
@@ -95,7 +98,7 @@ class Buffer:
                 pipe.expire(key, self.ttl)
                 pipe.expire(_scratchpad_key(tenant_id, session_id), self.ttl)
                 if wake:
-                    pipe.publish(WAKE_CHANNEL, b"1")
+                    pipe.publish(WAKE_CHANNEL, URGENT_WAKE if urgent else b"1")
                 await pipe.execute()
 
     async def replace(

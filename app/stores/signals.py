@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from redis.asyncio import Redis
 
 from app.errors import BufferUnavailable
-from app.stores.buffer import WAKE_CHANNEL, Breaker
+from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker
 
 INDEXED_CHANNEL = "strata:indexed"
 _SEP = "\x1f"
@@ -55,13 +55,33 @@ class Signals:
         self.redis = redis
         self.breaker = breaker
         self.work = asyncio.Event()  # set when messages arrived; the worker clears it
+        # Set when a request waits for the index (`wait=true`): a worker pausing to gather a
+        # trickle of messages into one pass (`worker_debounce_seconds`) goes on at once.
+        self.urgent = asyncio.Event()
         self._watches: dict[tuple[str, str], set[Watch]] = {}
         self._task: asyncio.Task[None] | None = None
 
     # Local side.
 
-    def work_arrived(self) -> None:
+    def work_arrived(self, *, urgent: bool = False) -> None:
+        """Messages arrived (`urgent`: a request will wait for them); the other processes'
+        workers hear of it from the buffer's push (`Buffer.push`, `wake`)."""
         self.work.set()
+        if urgent:
+            self.urgent.set()
+
+    async def hurry(self) -> None:
+        """A request waits for the index: the workers, here and in the other processes, stop
+        gathering and promote now. Never raises: a lost signal costs one debounce at most."""
+        self.work.set()
+        self.urgent.set()
+        if self.redis is None:
+            return
+        try:
+            with self.breaker.guard():
+                await self.redis.publish(WAKE_CHANNEL, URGENT_WAKE)
+        except BufferUnavailable:
+            log.debug("could not publish an urgent wake-up", exc_info=True)
 
     @contextlib.contextmanager
     def watch(self, tenant_id: str, session_id: str) -> Iterator[Watch]:
@@ -134,6 +154,8 @@ class Signals:
         channel = channel.decode() if isinstance(channel, bytes) else channel
         if channel == WAKE_CHANNEL:
             self.work.set()
+            if data in (URGENT_WAKE, URGENT_WAKE.decode()):
+                self.urgent.set()
             return
         text = data.decode() if isinstance(data, bytes) else data
         parts = text.split(_SEP)

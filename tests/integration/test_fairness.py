@@ -116,3 +116,57 @@ async def test_a_wait_is_ended_by_the_workers_signal(
             messages = [turn(f"batch {batch} fact {i}", id=f"b{batch}m{i}") for i in range(10)]
             answer = await post_messages(app, "waited", "erin", messages)
             assert answer["indexed_seq"] == answer["last_seq"] == (batch + 1) * 10
+
+
+@pytest.mark.parametrize("mode", ["embedded", "full"])
+async def test_a_worker_gathers_a_trickle_and_a_waiting_request_ends_the_pause(
+    mode: str,
+    start_app: Callable[..., Any],
+    tmp_path: Path,
+    pg_databases: Callable[[], Awaitable[str]],
+) -> None:
+    """With a long pause after a pass that took all there was (`worker_debounce_seconds`
+    5 s): a message sent without waiting stays unindexed during the pause; a `wait=true`,
+    of a message or of the session's watermark, ends it and is answered indexed before its
+    own 3 s time-out (the watermark is never re-read while waiting)."""
+    quiet = {"worker_debounce_seconds": 5, "wait_timeout_seconds": 3, "wait_poll_seconds": 600}
+    settings = (
+        embedded_settings(tmp_path, **quiet)
+        if mode == "embedded"
+        else full_settings(await pg_databases(), **quiet)
+    )
+    async with start_app(settings) as app:
+        first = await post_messages(app, "trickle", "fay", [turn("the gate code is 1234")])
+        assert first["indexed_seq"] == 1  # no pause before a pass
+        await post_messages(app, "trickle", "fay", [turn("the bike is blue")], wait=False)
+        session = await app.client.get("/v1/sessions/trickle", params={"user_id": "fay"})
+        assert session.json()["indexed_seq"] == 1  # gathered: the worker pauses
+        third = await post_messages(app, "trickle", "fay", [turn("the car is red")])
+        assert third["indexed_seq"] == 3
+        await post_messages(app, "trickle", "fay", [turn("the boat is green")], wait=False)
+        waited = await app.client.get(
+            "/v1/sessions/trickle", params={"user_id": "fay", "wait": "true"}
+        )
+        assert waited.json()["indexed_seq"] == 4
+
+
+async def test_a_pass_that_leaves_a_backlog_says_so(idle_app: Running) -> None:
+    """The worker pauses to gather only after a pass that took all there was: an import
+    bigger than a slice goes on at once, pass after pass."""
+    await post_messages(
+        idle_app, "import", "gus", [long_turn(i, 3_000) for i in range(3)], wait=False
+    )
+    promoter = build_promoter(idle_app.resources, "w")
+    assert await promoter.run_once() == 1  # a 5,000-character slice holds one page
+    assert promoter.left_backlog
+    assert await promoter.run_once() == 1
+    assert promoter.left_backlog
+    assert await promoter.run_once() == 1
+    assert not promoter.left_backlog
+    await post_messages(idle_app, "other", "hal", [turn("one")], wait=False)
+    await post_messages(idle_app, "another", "ian", [turn("two")], wait=False)
+    assert await promoter.run_once(max_sessions=1) == 1
+    assert promoter.left_backlog  # more sessions than the pass claims
+    assert await promoter.run_once(max_sessions=1) == 1
+    assert promoter.left_backlog  # it claimed as many as it could: there may be more
+    assert await promoter.run_once(max_sessions=1) == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.stores.buffer import Breaker
+from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker
 from app.stores.signals import INDEXED_CHANNEL, Signals
 
 
@@ -53,3 +53,24 @@ async def test_closing_passes_on_a_cancellation_while_the_listener_winds_down() 
         raise AssertionError("close() swallowed its caller's cancellation")
     finally:
         await asyncio.wait({hub._task or closing}, timeout=5)  # leave no task behind
+
+
+async def test_a_wake_up_from_a_waiting_request_is_urgent_and_others_are_not() -> None:
+    """Another process's ingest wakes the workers (b"1"); one whose request waits for the
+    index also ends a worker's pause to gather a trickle (`URGENT_WAKE`)."""
+    hub = signals()
+    hub._dispatch(WAKE_CHANNEL.encode(), b"1")
+    assert hub.work.is_set()
+    assert not hub.urgent.is_set()
+    hub.work.clear()
+    hub._dispatch(WAKE_CHANNEL, URGENT_WAKE.decode())
+    assert hub.work.is_set()
+    assert hub.urgent.is_set()
+    hub.urgent.clear()
+    await hub.hurry()  # this process's own waiting request
+    assert hub.urgent.is_set()
+    hub.urgent.clear()
+    hub.work_arrived()
+    assert not hub.urgent.is_set()
+    hub.work_arrived(urgent=True)
+    assert hub.urgent.is_set()
