@@ -367,6 +367,11 @@ class IngestService:
             ).model_dump(mode="json")
             for r in rows
         ]
+        if urgent:
+            # Before the push: its echo over Redis may wake this process's worker before the
+            # push returns, and the flag must be up before that pass starts (the pass takes
+            # it down), or it would end the pause after the pass instead.
+            self.signals.urgent.set()
         try:
             # With `wake`, the pipeline also tells the workers of other processes.
             await self.buffer.push(tenant_id, session_id, entries, wake=True, urgent=urgent)
@@ -376,7 +381,7 @@ class IngestService:
         finally:
             # An in-process worker starts now: after the push, so that its pass does not
             # share the event loop with the rest of this request (it reads the log anyway).
-            self.signals.work_arrived(urgent=urgent)
+            self.signals.work_arrived()
 
     async def _wait_indexed(
         self, tenant_id: str, session_id: str, target: int, *, hurried: bool = False

@@ -110,17 +110,20 @@ class Promoter:
     async def run_once(self, max_sessions: int = 8) -> int:
         """One pass over the backlog; returns how many messages were promoted."""
         async with self.db.transaction() as tx:
-            claims = await session_store.claim_backlog(
+            backlog = await session_store.claim_backlog(
                 tx,
                 owner=self.owner,
                 now=datetime.now(UTC),
                 lease_until=self._lease_until(),
                 limit=max_sessions,
             )
-        self.left_backlog = len(claims) >= max_sessions
-        return await self.promote_all(claims)
+        done, cut = await self.promote_all(backlog.claims)
+        # Set after the pass's last await: a pass run meanwhile (the maintenance job's)
+        # cannot overwrite it before the worker loop reads it.
+        self.left_backlog = backlog.more or cut
+        return done
 
-    async def promote_all(self, claims: list[Claim]) -> int:
+    async def promote_all(self, claims: list[Claim]) -> tuple[int, bool]:
         """Promote one slice of each claimed session: read every slice, embed the lines of
         all of them in one call (one session's slice is often a handful of turns, and a
         model call costs about the same for five lines as for fifty), then write each
@@ -128,7 +131,8 @@ class Promoter:
         lease is given back, also when the pass is cancelled (a worker stopping).
 
         Claims are told apart by their place in `claims`: two tenants may both have a
-        session called "chat" in one pass."""
+        session called "chat" in one pass. Returns the messages promoted, and whether a
+        slice's bound left some of a session's behind."""
         slices: dict[int, _Slice] = {}
         retry: dict[int, datetime] = {}
         released: set[int] = set()
@@ -138,7 +142,7 @@ class Promoter:
             retry[n] = self._retry_at(claims[n].promote_failures + 1)
             slices.pop(n, None)
 
-        done = 0
+        done, cut = 0, False
         try:
             for n, claim in enumerate(claims):
                 try:
@@ -148,8 +152,7 @@ class Promoter:
                     continue
                 if piece is not None:
                     slices[n] = piece
-                    if piece.upto < claim.last_seq:
-                        self.left_backlog = True
+                    cut = cut or piece.upto < claim.last_seq  # a slice's bound left some
             embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]] = {}
             try:
                 embedded = await self._embed_all([c for p in slices.values() for c in p.chunks])
@@ -182,7 +185,7 @@ class Promoter:
                 if n not in released:
                     with contextlib.suppress(Exception):
                         await self._release(claim, retry.get(n))
-        return done
+        return done, cut
 
     async def _release(self, claim: Claim, retry_at: datetime | None) -> None:
         async with self.db.transaction() as tx:

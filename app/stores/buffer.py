@@ -17,6 +17,7 @@ costs one time-out per window, not one per request.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,7 +29,9 @@ from redis.exceptions import RedisError
 from app.errors import BufferUnavailable
 
 WAKE_CHANNEL = "strata:wake"
-URGENT_WAKE = b"2"  # a wake-up for which a request waits (`Signals.hurry`)
+# A wake-up for which a request waits (`Signals.hurry`), tagged with this process, whose
+# own worker set its flag directly and ignores the echo (an extra, empty pass otherwise).
+URGENT_WAKE = b"2:" + os.urandom(6).hex().encode()
 
 
 def _window_key(tenant_id: str, session_id: str) -> str:

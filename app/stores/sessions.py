@@ -164,6 +164,13 @@ class Claim:
     promote_failures: int = 0  # failed passes in a row, for the next backoff
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    claims: list[Claim]
+    # Pending sessions this claim left (one per user, at most `limit`): more work waits.
+    more: bool
+
+
 # The worker's pass runs these every time, most often for one new message: built once.
 _PENDING = (
     sa.select(Session.tenant_id, Session.id, Session.user_id)
@@ -215,7 +222,7 @@ _USER_SERVED = (
 
 async def claim_backlog(
     tx: AsyncSession, *, owner: str, now: datetime, lease_until: datetime, limit: int
-) -> list[Claim]:
+) -> Backlog:
     """Lease up to `limit` sessions whose log is ahead of their index, one per user, the
     least recently served first: users by `users.promoted_at`, then their sessions by
     `sessions.promoted_at` (never served first). Claiming stamps both, so a user with a
@@ -230,7 +237,8 @@ async def claim_backlog(
     users: set[tuple[str, str]] = set()
     # Several candidates per slot: one user's many sessions must not fill the pass.
     params = {"p_now": now, "p_owner": owner, "p_limit": limit * 4}
-    for tenant_id, session_id, user_id in (await tx.execute(_PENDING, params)).all():
+    pending = (await tx.execute(_PENDING, params)).all()
+    for tenant_id, session_id, user_id in pending:
         if (tenant_id, user_id) not in users and len(chosen) < limit:
             users.add((tenant_id, user_id))
             chosen.append((tenant_id, session_id, user_id))
@@ -251,7 +259,8 @@ async def claim_backlog(
                 failures,
             )
         )
-    return claims
+    # A user's other sessions, or more users than one claim takes: the caller goes on.
+    return Backlog(claims, more=len(pending) > len(chosen))
 
 
 _ADVANCE = (

@@ -63,12 +63,10 @@ class Signals:
 
     # Local side.
 
-    def work_arrived(self, *, urgent: bool = False) -> None:
-        """Messages arrived (`urgent`: a request will wait for them); the other processes'
-        workers hear of it from the buffer's push (`Buffer.push`, `wake`)."""
+    def work_arrived(self) -> None:
+        """Messages arrived; the other processes' workers hear of it from the buffer's push
+        (`Buffer.push`, `wake`; `urgent` when a request will wait for them)."""
         self.work.set()
-        if urgent:
-            self.urgent.set()
 
     async def hurry(self) -> None:
         """A request waits for the index: the workers, here and in the other processes, stop
@@ -154,7 +152,8 @@ class Signals:
         channel = channel.decode() if isinstance(channel, bytes) else channel
         if channel == WAKE_CHANNEL:
             self.work.set()
-            if data in (URGENT_WAKE, URGENT_WAKE.decode()):
+            raw = data.encode() if isinstance(data, str) else data
+            if raw.startswith(URGENT_WAKE[:2]) and raw != URGENT_WAKE:  # another process's
                 self.urgent.set()
             return
         text = data.decode() if isinstance(data, bytes) else data

@@ -3,6 +3,7 @@ user's huge import cannot hold back another user's `wait=true`."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -128,8 +129,8 @@ async def test_a_worker_gathers_a_trickle_and_a_waiting_request_ends_the_pause(
     """With a long pause after a pass that took all there was (`worker_debounce_seconds`
     5 s): a message sent without waiting stays unindexed during the pause; a `wait=true`,
     of a message or of the session's watermark, ends it and is answered indexed before its
-    own 3 s time-out (the watermark is never re-read while waiting)."""
-    quiet = {"worker_debounce_seconds": 5, "wait_timeout_seconds": 3, "wait_poll_seconds": 600}
+    own 4.5 s time-out (the watermark is never re-read while waiting)."""
+    quiet = {"worker_debounce_seconds": 5, "wait_timeout_seconds": 4.5, "wait_poll_seconds": 600}
     settings = (
         embedded_settings(tmp_path, **quiet)
         if mode == "embedded"
@@ -139,6 +140,7 @@ async def test_a_worker_gathers_a_trickle_and_a_waiting_request_ends_the_pause(
         first = await post_messages(app, "trickle", "fay", [turn("the gate code is 1234")])
         assert first["indexed_seq"] == 1  # no pause before a pass
         await post_messages(app, "trickle", "fay", [turn("the bike is blue")], wait=False)
+        await asyncio.sleep(0.5)  # longer than a pass: only a pause leaves it unindexed
         session = await app.client.get("/v1/sessions/trickle", params={"user_id": "fay"})
         assert session.json()["indexed_seq"] == 1  # gathered: the worker pauses
         third = await post_messages(app, "trickle", "fay", [turn("the car is red")])
@@ -166,7 +168,40 @@ async def test_a_pass_that_leaves_a_backlog_says_so(idle_app: Running) -> None:
     await post_messages(idle_app, "other", "hal", [turn("one")], wait=False)
     await post_messages(idle_app, "another", "ian", [turn("two")], wait=False)
     assert await promoter.run_once(max_sessions=1) == 1
-    assert promoter.left_backlog  # more sessions than the pass claims
+    assert promoter.left_backlog  # more users than the pass claims
     assert await promoter.run_once(max_sessions=1) == 1
-    assert promoter.left_backlog  # it claimed as many as it could: there may be more
-    assert await promoter.run_once(max_sessions=1) == 0
+    assert not promoter.left_backlog
+    # One user's two sessions: a pass claims one session per user.
+    await post_messages(idle_app, "first", "jo", [turn("three")], wait=False)
+    await post_messages(idle_app, "second", "jo", [turn("four")], wait=False)
+    assert await promoter.run_once() == 1
+    assert promoter.left_backlog
+    assert await promoter.run_once() == 1
+    assert not promoter.left_backlog
+    assert await promoter.run_once() == 0
+
+
+async def test_an_import_bigger_than_a_slice_is_promoted_without_pauses(
+    start_app: Callable[..., Any], tmp_path: Path
+) -> None:
+    """With a 5 s pause after a pass that took all there was, an import of four slices
+    (over two sessions of one user) is indexed pass after pass, without anyone waiting:
+    well before a single pause would have ended."""
+    settings = embedded_settings(tmp_path, worker_debounce_seconds=5, worker_slice_chars=2_000)
+    async with start_app(settings) as app:
+        for session in ("import-a", "import-b"):
+            await post_messages(
+                app, session, "kim", [long_turn(i, 1_500) for i in range(2)], wait=False
+            )
+        indexed: list[int] = []
+        for _ in range(45):  # 4.5 s
+            indexed = [
+                (await app.client.get(f"/v1/sessions/{s}", params={"user_id": "kim"})).json()[
+                    "indexed_seq"
+                ]
+                for s in ("import-a", "import-b")
+            ]
+            if indexed == [2, 2]:
+                break
+            await asyncio.sleep(0.1)
+        assert indexed == [2, 2]

@@ -71,10 +71,11 @@ async def test_a_crashed_workers_lease_expires_and_another_takes_over(idle_app: 
     await post_messages(idle_app, session, user, [turn(f"note {i}") for i in range(5)], wait=False)
     now = datetime.now(UTC)
     async with idle_app.resources.db.transaction() as tx:
-        claims = await session_store.claim_backlog(
+        backlog = await session_store.claim_backlog(
             tx, owner="crashed", now=now, lease_until=now + timedelta(minutes=5), limit=10
         )
-    assert [c.session_id for c in claims] == [session]
+    assert [c.session_id for c in backlog.claims] == [session]
+    assert not backlog.more
 
     other = build_promoter(idle_app.resources, "survivor")
     assert await other.run_once() == 0  # the lease still holds
@@ -93,9 +94,11 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(idle_app: Running) -
     await post_messages(idle_app, session, user, [turn(f"item {i}") for i in range(3)], wait=False)
     now = datetime.now(UTC)
     async with idle_app.resources.db.transaction() as tx:
-        [claim] = await session_store.claim_backlog(
-            tx, owner="slow", now=now, lease_until=now + timedelta(minutes=5), limit=10
-        )
+        [claim] = (
+            await session_store.claim_backlog(
+                tx, owner="slow", now=now, lease_until=now + timedelta(minutes=5), limit=10
+            )
+        ).claims
         # Another worker takes the session over meanwhile.
         await tx.execute(sa.update(Session).where(Session.id == session).values(lease_owner="fast"))
     slow = build_promoter(idle_app.resources, "slow")

@@ -57,20 +57,22 @@ async def test_closing_passes_on_a_cancellation_while_the_listener_winds_down() 
 
 async def test_a_wake_up_from_a_waiting_request_is_urgent_and_others_are_not() -> None:
     """Another process's ingest wakes the workers (b"1"); one whose request waits for the
-    index also ends a worker's pause to gather a trickle (`URGENT_WAKE`)."""
+    index also ends a worker's pause to gather a trickle (b"2:" and its tag). This
+    process's own urgent wake-up, heard back over Redis, is not urgent again: its flag was
+    set directly, and the echo would end the next pause for nothing."""
     hub = signals()
     hub._dispatch(WAKE_CHANNEL.encode(), b"1")
     assert hub.work.is_set()
     assert not hub.urgent.is_set()
     hub.work.clear()
-    hub._dispatch(WAKE_CHANNEL, URGENT_WAKE.decode())
+    hub._dispatch(WAKE_CHANNEL, "2:0123456789ab")  # another process's
     assert hub.work.is_set()
     assert hub.urgent.is_set()
     hub.urgent.clear()
+    hub._dispatch(WAKE_CHANNEL.encode(), URGENT_WAKE)  # our own, echoed
+    assert not hub.urgent.is_set()
     await hub.hurry()  # this process's own waiting request
     assert hub.urgent.is_set()
     hub.urgent.clear()
     hub.work_arrived()
     assert not hub.urgent.is_set()
-    hub.work_arrived(urgent=True)
-    assert hub.urgent.is_set()

@@ -1,0 +1,64 @@
+"""Wake-ups across processes over real Redis pub/sub: a request that waits for the index in
+one process ends the pause of the workers in the others, and not its own worker's twice."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker, Buffer
+from app.stores.signals import Signals
+from tests.conftest import REDIS_URL
+
+
+async def _next_wake(pubsub: object) -> bytes:
+    for _ in range(50):
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)  # type: ignore[attr-defined]
+        if message is not None:
+            data: bytes = message["data"]
+            return data
+    raise AssertionError("no wake-up was published")
+
+
+async def test_what_ingest_and_a_waiting_request_publish() -> None:
+    """Plain ingest publishes b"1"; ingest that a request will wait on, and the wait
+    itself, publish this process's tagged urgent wake-up."""
+    redis = Redis.from_url(REDIS_URL)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(WAKE_CHANNEL)
+    try:
+        buffer = Buffer(redis, window=10, ttl_seconds=60)
+        message = [{"seq": 1, "content": "x"}]
+        await buffer.push("t", "signals-test", message, wake=True)
+        assert await _next_wake(pubsub) == b"1"
+        await buffer.push("t", "signals-test", message, wake=True, urgent=True)
+        assert await _next_wake(pubsub) == URGENT_WAKE
+        await Signals(redis, Breaker(retry_seconds=5)).hurry()
+        assert await _next_wake(pubsub) == URGENT_WAKE
+        assert URGENT_WAKE.startswith(b"2:")
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await redis.delete("strata:{t:signals-test}:window", "strata:{t:signals-test}:scratchpad")
+        await redis.aclose()
+
+
+async def test_another_processes_urgent_wake_up_hurries_this_worker_and_its_own_does_not() -> None:
+    redis, publisher = Redis.from_url(REDIS_URL), Redis.from_url(REDIS_URL)
+    worker = Signals(redis, Breaker(retry_seconds=5))
+    worker.start()
+    try:
+        for _ in range(100):  # until the hub's subscription is live
+            if dict(await publisher.pubsub_numsub(WAKE_CHANNEL)).get(WAKE_CHANNEL.encode()):
+                break
+            await asyncio.sleep(0.05)
+        await publisher.publish(WAKE_CHANNEL, URGENT_WAKE)  # our own, heard back
+        await asyncio.wait_for(worker.work.wait(), 5)
+        await asyncio.sleep(0.2)
+        assert not worker.urgent.is_set()
+        await publisher.publish(WAKE_CHANNEL, b"2:" + b"f" * 12)  # another process's
+        await asyncio.wait_for(worker.urgent.wait(), 5)
+    finally:
+        await worker.close()
+        await publisher.aclose()
+        await redis.aclose()
