@@ -129,7 +129,12 @@ async def test_a_worker_gathers_a_trickle_and_a_waiting_request_ends_the_pause(
     """With a long pause after a pass that took all there was (`worker_debounce_seconds`
     5 s): a message sent without waiting stays unindexed during the pause; a `wait=true`,
     of a message or of the session's watermark, ends it and is answered indexed before its
-    own 4.5 s time-out (the watermark is never re-read while waiting)."""
+    own 4.5 s time-out (the watermark is never re-read while waiting).
+
+    The first message may be claimed by a pass that began before its request said it
+    would wait (the worker's start-up or poll pass): the request's urgency then outlives
+    it, the worker runs one more (empty) pass and promotes the next message at once, as
+    after any idle pass. So the pause is shown on the message after that one."""
     quiet = {"worker_debounce_seconds": 5, "wait_timeout_seconds": 4.5, "wait_poll_seconds": 600}
     settings = (
         embedded_settings(tmp_path, **quiet)
@@ -139,17 +144,18 @@ async def test_a_worker_gathers_a_trickle_and_a_waiting_request_ends_the_pause(
     async with start_app(settings) as app:
         first = await post_messages(app, "trickle", "fay", [turn("the gate code is 1234")])
         assert first["indexed_seq"] == 1  # no pause before a pass
-        await post_messages(app, "trickle", "fay", [turn("the bike is blue")], wait=False)
-        await asyncio.sleep(0.5)  # longer than a pass: only a pause leaves it unindexed
+        for text in ("the bike is blue", "the kite is yellow"):
+            await post_messages(app, "trickle", "fay", [turn(text)], wait=False)
+            await asyncio.sleep(0.5)  # longer than a pass: only a pause leaves it unindexed
         session = await app.client.get("/v1/sessions/trickle", params={"user_id": "fay"})
-        assert session.json()["indexed_seq"] == 1  # gathered: the worker pauses
-        third = await post_messages(app, "trickle", "fay", [turn("the car is red")])
-        assert third["indexed_seq"] == 3
+        assert session.json()["indexed_seq"] in (1, 2)  # gathered: the worker pauses
+        fourth = await post_messages(app, "trickle", "fay", [turn("the car is red")])
+        assert fourth["indexed_seq"] == 4
         await post_messages(app, "trickle", "fay", [turn("the boat is green")], wait=False)
         waited = await app.client.get(
             "/v1/sessions/trickle", params={"user_id": "fay", "wait": "true"}
         )
-        assert waited.json()["indexed_seq"] == 4
+        assert waited.json()["indexed_seq"] == 5
 
 
 async def test_a_pass_that_leaves_a_backlog_says_so(idle_app: Running) -> None:
