@@ -81,6 +81,7 @@ def build_services(resources: Resources) -> Services:
         memories=MemoryService(r.db, r.vectors, r.embedder, build_reindexer(resources)),
         recall=recall,
         context=ContextService(
+            r.db,
             ingest,
             recall,
             scratchpad,

@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.core import packing
 from app.core.rewrite import Turn
 from app.core.tokens import TokenCounter
@@ -43,6 +45,7 @@ from app.services.recall import RecallService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import SearchSpec
 from app.services.summaries import SummaryService
+from app.stores.db import Database
 
 log = logging.getLogger("strata.context")
 
@@ -163,6 +166,7 @@ def summary_line(s: SummaryOut) -> str:
 class ContextService:
     def __init__(
         self,
+        db: Database,
         ingest: IngestService,
         recall: RecallService,
         scratchpad: ScratchpadService,
@@ -176,6 +180,7 @@ class ContextService:
         unknown = set(shares) - set(section_names())
         if unknown:
             raise ValueError(f"context shares for unknown sections {sorted(unknown)}")
+        self.db = db  # the profile's and the summaries' reads share one transaction
         self.ingest = ingest
         self.recall = recall
         self.scratchpad = scratchpad
@@ -195,9 +200,10 @@ class ContextService:
         # profile and the summaries are read one after the other: the call waits for the
         # slower side, not for the sum, and mostly holds one database connection, as before.
         async def stored() -> tuple[Profile, list[SummaryOut]]:
-            return await self._profile(tenant_id, body), await self._summaries(
-                tenant_id, body, recent
-            )
+            async with self.db.read() as tx:  # one transaction: its statements are the cost
+                return await self._profile(tx, tenant_id, body), await self._summaries(
+                    tx, tenant_id, body, recent
+                )
 
         try:
             async with asyncio.TaskGroup() as reads:
@@ -333,14 +339,14 @@ class ContextService:
         ]
         return _Recalled(memories, search.rewritten_query, search.llm_usage, search.used)
 
-    async def _profile(self, tenant_id: str, body: ContextRequest) -> Profile:
+    async def _profile(self, tx: AsyncSession, tenant_id: str, body: ContextRequest) -> Profile:
         """The attributes and the facts true at `as_of` (or now)."""
         if self.profile is None:
             return Profile(user_id=body.user_id, attributes={}, facts=[])
-        return await self.profile.get(tenant_id, body.user_id, as_of=body.as_of)
+        return await self.profile.read(tx, tenant_id, body.user_id, as_of=body.as_of)
 
     async def _summaries(
-        self, tenant_id: str, body: ContextRequest, recent: list[MessageOut]
+        self, tx: AsyncSession, tenant_id: str, body: ContextRequest, recent: list[MessageOut]
     ) -> list[SummaryOut]:
         """Older periods where the verbatim turns stop: summaries of what ended before the
         oldest turn read (and, in a replay, before `as_of`)."""
@@ -348,7 +354,7 @@ class ContextService:
             return []
         now = body.as_of or datetime.now(UTC)
         before = min(recent[0].created_at, now) if recent else now
-        return await self.summaries.for_context(tenant_id, body.user_id, before)
+        return await self.summaries.for_context(tx, tenant_id, body.user_id, before)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.profile import merge_patch
 from app.errors import InvalidInput, ProfileTooLarge
@@ -27,10 +28,16 @@ class ProfileService:
         """The attributes (as they are now: they have no history) and the facts true at
         `as_of` (None: now). A user Strata has never seen has an empty profile."""
         async with self.db.read() as tx:
-            attributes = await user_store.profile(tx, tenant_id, user_id) or {}
-            facts = await memory_store.current_facts(
-                tx, tenant_id, user_id, at=as_of, limit=self.max_facts
-            )
+            return await self.read(tx, tenant_id, user_id, as_of=as_of)
+
+    async def read(
+        self, tx: AsyncSession, tenant_id: str, user_id: str, *, as_of: datetime | None = None
+    ) -> Profile:
+        """`get` in the caller's transaction (context reads the summaries in the same one)."""
+        attributes = await user_store.profile(tx, tenant_id, user_id) or {}
+        facts = await memory_store.current_facts(
+            tx, tenant_id, user_id, at=as_of, limit=self.max_facts
+        )
         return Profile(user_id=user_id, attributes=attributes, facts=[fact_out(f) for f in facts])
 
     async def patch(self, tenant_id: str, user_id: str, patch: Any) -> Profile:

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 import orjson
 from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import periods, summarize, terms
 from app.core.periods import Level
@@ -393,23 +394,22 @@ class SummaryService:
 
     # --- context ------------------------------------------------------------------------
 
-    async def for_context(self, tenant_id: str, user_id: str, before: datetime) -> list[SummaryOut]:
+    async def for_context(
+        self, tx: AsyncSession, tenant_id: str, user_id: str, before: datetime
+    ) -> list[SummaryOut]:
         """Older periods for a context whose verbatim turns begin at `before`, oldest
         first (the packer keeps the newest): the essence, then weeklies that ended before
-        the oldest daily offered, then the dailies that ended by `before`."""
+        the oldest daily offered, then the dailies that ended by `before`. Read in the
+        caller's transaction (context reads the profile in the same one)."""
         s = self.settings
-        async with self.db.read() as tx:
-            dailies = await summary_store.before(
-                tx, tenant_id, user_id, "daily", ended_by=before, limit=s.summary_context_dailies
-            )
-            cut = dailies[-1].period_start if dailies else before
-            weeklies = await summary_store.before(
-                tx, tenant_id, user_id, "weekly", ended_by=cut, limit=s.summary_context_weeklies
-            )
-            essence = await summary_store.before(
-                tx, tenant_id, user_id, "essence", ended_by=before, limit=1
-            )
-        rows = [*essence, *reversed(weeklies), *reversed(dailies)]
+        dailies, essence = await summary_store.dailies_and_essence(
+            tx, tenant_id, user_id, ended_by=before, dailies=s.summary_context_dailies
+        )
+        cut = dailies[-1].period_start if dailies else before
+        weeklies = await summary_store.before(
+            tx, tenant_id, user_id, "weekly", ended_by=cut, limit=s.summary_context_weeklies
+        )
+        rows = [*([essence] if essence else []), *reversed(weeklies), *reversed(dailies)]
         return [
             SummaryOut(level=r.level, period_start=r.period_start, content=r.content) for r in rows
         ]

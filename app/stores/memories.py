@@ -450,44 +450,55 @@ async def live_ids(
 FACT_TYPES = ("semantic", "procedural")
 
 
-# Context reads the user's facts on every call: the statements are built once.
-_FACTS = sa.select(Memory).where(
-    Memory.tenant_id == sa.bindparam("p_tenant"),
-    Memory.user_id == sa.bindparam("p_user"),
-    Memory.memory_type == sa.bindparam("p_type"),
-    Memory.deleted_at.is_(None),
-)
+# Context reads the user's facts on every call: the statement is built once. One branch
+# per type, each with the type as an equality and its own limit, so that both databases
+# read the newest straight from `ix_memories_user_type` (with `IN`, SQLite walked all of
+# the user's memories newest first to find the few facts among them); the branches go as
+# one UNION ALL statement, because each statement costs more than the few rows it reads.
 _NEWEST = (Memory.created_at.desc(), Memory.id.desc())
-_FACTS_NOW = (
-    _FACTS.where(Memory.valid_to.is_(None)).order_by(*_NEWEST).limit(sa.bindparam("p_limit"))
-)
-_FACTS_AT = (
-    _FACTS.where(
-        Memory.created_at <= sa.bindparam("p_at"),
-        sa.or_(Memory.valid_to.is_(None), Memory.valid_to > sa.bindparam("p_at")),
-    )
-    .order_by(*_NEWEST)
-    .limit(sa.bindparam("p_limit"))
-)
+
+
+def _newest_facts(*, at: bool) -> sa.Executable:
+    branches = []
+    for memory_type in FACT_TYPES:
+        true_then: list[sa.ColumnElement[bool]] = (
+            [
+                Memory.created_at <= sa.bindparam("p_at"),
+                sa.or_(Memory.valid_to.is_(None), Memory.valid_to > sa.bindparam("p_at")),
+            ]
+            if at
+            else [Memory.valid_to.is_(None)]
+        )
+        branch = (
+            sa.select(Memory)
+            .where(
+                Memory.tenant_id == sa.bindparam("p_tenant"),
+                Memory.user_id == sa.bindparam("p_user"),
+                Memory.memory_type == memory_type,
+                Memory.deleted_at.is_(None),
+                *true_then,
+            )
+            .order_by(*_NEWEST)
+            .limit(sa.bindparam("p_limit"))
+        )
+        branches.append(sa.select(branch.subquery(f"newest_{memory_type}")))
+    return sa.select(Memory).from_statement(sa.union_all(*branches))
+
+
+_FACTS_NOW = _newest_facts(at=False)
+_FACTS_AT = _newest_facts(at=True)
 
 
 async def current_facts(
     tx: AsyncSession, tenant_id: str, user_id: str, *, at: datetime | None, limit: int
 ) -> list[Memory]:
     """The user's semantic and procedural memories true at `at` (None: now), newest first:
-    begun by then, not ended by then, not deleted.
-
-    One query per type: with the type as an equality, both databases read the newest
-    straight from `ix_memories_user_type`; with `IN`, SQLite walked all of the user's
-    memories newest first to find the few facts among them."""
-    found: list[Memory] = []
+    begun by then, not ended by then, not deleted."""
     params: dict[str, Any] = {"p_tenant": tenant_id, "p_user": user_id, "p_limit": limit}
-    stmt = _FACTS_NOW if at is None else _FACTS_AT
     if at is not None:
         params["p_at"] = at
-    for memory_type in FACT_TYPES:
-        result = await tx.execute(stmt, {**params, "p_type": memory_type})
-        found.extend(result.scalars().all())
+    result = await tx.execute(_FACTS_NOW if at is None else _FACTS_AT, params)
+    found = list(result.scalars().all())
     found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
     return found[:limit]
 

@@ -232,16 +232,28 @@ async def page(
 
 
 # Context reads these on every call: built once.
-_BEFORE = (
-    sa.select(Summary)
-    .where(
-        Summary.tenant_id == sa.bindparam("p_tenant"),
-        Summary.user_id == sa.bindparam("p_user"),
-        Summary.level == sa.bindparam("p_level"),
-        Summary.period_end <= sa.bindparam("p_ended_by"),
+def _newest_ended(level: str | None, limit: str) -> sa.Select[Summary]:
+    return (
+        sa.select(Summary)
+        .where(
+            Summary.tenant_id == sa.bindparam("p_tenant"),
+            Summary.user_id == sa.bindparam("p_user"),
+            Summary.level == (sa.bindparam("p_level") if level is None else level),
+            Summary.period_end <= sa.bindparam("p_ended_by"),
+        )
+        .order_by(Summary.period_start.desc())
+        .limit(sa.bindparam(limit))
     )
-    .order_by(Summary.period_start.desc())
-    .limit(sa.bindparam("p_limit"))
+
+
+_BEFORE = _newest_ended(None, "p_limit")
+# The dailies and the essence in one statement (each statement costs more than the few
+# rows it reads); each branch keeps its own index range and limit.
+_DAILIES_AND_ESSENCE = sa.select(Summary).from_statement(
+    sa.union_all(
+        sa.select(_newest_ended("daily", "p_dailies").subquery("dailies")),
+        sa.select(_newest_ended("essence", "p_one").subquery("essence")),
+    )
 )
 
 
@@ -259,6 +271,20 @@ async def before(
     params = {"p_tenant": tenant_id, "p_user": user_id, "p_level": level}
     result = await tx.execute(_BEFORE, {**params, "p_ended_by": ended_by, "p_limit": limit})
     return list(result.scalars().all())
+
+
+async def dailies_and_essence(
+    tx: AsyncSession, tenant_id: str, user_id: str, *, ended_by: datetime, dailies: int
+) -> tuple[list[Summary], Summary | None]:
+    """The user's newest `dailies` dailies that ended by `ended_by`, newest first, and
+    the essence if it did too."""
+    params = {"p_tenant": tenant_id, "p_user": user_id, "p_ended_by": ended_by}
+    result = await tx.execute(_DAILIES_AND_ESSENCE, {**params, "p_dailies": dailies, "p_one": 1})
+    rows = list(result.scalars().all())
+    found = sorted(
+        (r for r in rows if r.level == "daily"), key=lambda r: r.period_start, reverse=True
+    )
+    return found, next((r for r in rows if r.level == "essence"), None)
 
 
 async def session_span(

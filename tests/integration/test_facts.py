@@ -217,6 +217,19 @@ async def test_a_changed_fact_supersedes_the_old_one(
     then = await semantic_recall(app, user, as_of=(moved - timedelta(days=1)).isoformat())
     assert lisbon["id"] in [r["id"] for r in then]
     assert porto["id"] not in [r["id"] for r in then]
+    # Context's profile section likewise: the facts true now, or true then.
+    for as_of, expected in ((None, "Porto"), ((moved - timedelta(days=1)).isoformat(), "Lisbon")):
+        resp = await app.client.post(
+            f"/v1/sessions/{session}/context",
+            json={"user_id": user, "token_budget": 4000, **({"as_of": as_of} if as_of else {})},
+        )
+        assert resp.status_code == 200, resp.text
+        lives = [
+            f["content"]
+            for f in resp.json()["sections"]["profile"]["facts"]
+            if f["content"].startswith("The user lives")
+        ]
+        assert lives == [f"The user lives in {expected}."]
 
     # History shows both sides, with the model's reason.
     old_events = await history(app, user, lisbon["id"])

@@ -99,7 +99,7 @@ async def test_context_shows_the_profile_within_budget(
 async def test_the_profiles_facts_are_newest_first_across_types(
     running: Running, ids: Callable[[str], str]
 ) -> None:
-    """Semantic and procedural facts are read one type at a time (so an index gives each
+    """Semantic and procedural facts are read one branch per type (so an index gives each
     type's newest); the profile still lists them merged, newest first, episodes left out."""
     user = ids("user")
     await post_messages(running, ids("s"), user, [turn("Just chatting about the weather.")])

@@ -239,8 +239,19 @@ async def test_a_bilingual_history_summarised_daily_weekly_and_essence(
     body = resp.json()
     shown = body["sections"]["summaries"]
     assert shown
-    assert {s["level"] for s in shown} >= {"daily"}
-    assert shown[-1]["level"] == "daily"  # newest last, nearest the recent turns
+    levels = [s["level"] for s in shown]
+    # The essence, the weeklies before the oldest daily shown, the dailies: oldest first,
+    # newest last, nearest the recent turns.
+    assert levels[0] == "essence"
+    assert levels == sorted(levels, key=["essence", "weekly", "daily"].index)
+    starts = {level: [s["period_start"] for s in shown if s["level"] == level] for level in levels}
+    assert starts["daily"] == sorted(starts["daily"])
+    assert len(starts["daily"]) == min(10, running.resources.settings.summary_context_dailies)
+    oldest_daily = datetime.fromisoformat(starts["daily"][0])
+    assert all(
+        datetime.fromisoformat(w) + timedelta(days=7) <= oldest_daily
+        for w in starts.get("weekly", [])
+    )
     assert "## Earlier, in summary" in body["text"]
     assert body["tokens"]["total"] <= 4000
     small = await running.client.post(
