@@ -79,6 +79,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                 resources.clock = clock
             services = build_services(resources)
             await services.keys.resolve_mode()  # refuses to serve without keys by accident
+            if settings.gc_freeze:
+                memory.freeze_long_lived()
             stop = asyncio.Event()
             worker = (
                 asyncio.create_task(run_worker(resources, stop), name="strata-worker")

@@ -62,7 +62,7 @@ def build_services(resources: Resources) -> Services:
     ingest = IngestService(
         r.db, r.buffer, r.vectors, r.settings, r.signals, enqueue_summary=summaries.enqueue
     )
-    rewrite = RewriteService(ingest, r.llm)
+    rewrite = RewriteService(ingest, r.llm, freeze_after_load=r.settings.gc_freeze)
     recall = RecallService(
         r.db,
         r.vectors,

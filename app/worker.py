@@ -211,6 +211,8 @@ async def main() -> None:
             # prometheus_client's own HTTP server, on a daemon thread (scrape: GET /metrics).
             resources.metrics.serve(settings.worker_metrics_port)
             log.info("worker metrics on port %d", settings.worker_metrics_port)
+        if settings.gc_freeze:
+            memory.freeze_long_lived()
         worker = asyncio.create_task(run_worker(resources, stop), name="strata-worker")
         stopping = asyncio.create_task(stop.wait())
         try:

@@ -54,6 +54,11 @@ def _tenant_scoped_queries_only() -> Iterator[None]:
 # The whole protocol of a test (set-up, call, tear-down) gets this long. The timer needs the
 # GIL; for a hang inside an extension that holds it, pytest's `faulthandler_timeout`
 # (pyproject.toml, a minute later) dumps the threads from C.
+# A test process starts hundreds of apps: with start-up frozen (`gc.freeze`), the cycles
+# of those that ended would never be collected. The freeze has tests of its own, which
+# ask for it (tests/unit/test_memory.py, tests/integration/test_probes.py).
+os.environ.setdefault("STRATA_GC_FREEZE", "false")
+
 TEST_TIME_LIMIT = float(os.environ.get("STRATA_TEST_TIME_LIMIT", "600"))
 
 

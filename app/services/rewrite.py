@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from app import memory
 from app.core.rewrite import (
     Rewrite,
     Turn,
@@ -52,9 +53,14 @@ def _transcript(turns: Sequence[Turn]) -> str:
 
 
 class RewriteService:
-    def __init__(self, ingest: IngestService, llm: LLM | None) -> None:
+    def __init__(
+        self, ingest: IngestService, llm: LLM | None, *, freeze_after_load: bool = False
+    ) -> None:
         self.ingest = ingest
         self.llm = llm
+        # The tagger's dictionaries (~50 MiB) out of the collector's reach once loaded, as
+        # start-up's are (`STRATA_GC_FREEZE`, app/memory.py).
+        self.freeze_after_load = freeze_after_load
 
     async def rewrite(self, tenant_id: str, body: RewriteRequest) -> RewriteResponse:
         # Reading the turns checks the session belongs to the user (404 otherwise).
@@ -89,6 +95,8 @@ class RewriteService:
             return Rewrite(query, query, False, "none")
         if tagger_missing_for(query, turns):
             await asyncio.to_thread(load_tagger)  # its first import, off the event loop
+            if self.freeze_after_load:
+                memory.freeze_long_lived(collect=False)
         if self.llm is not None:
             try:
                 result = await self.llm.complete_json(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -23,7 +24,7 @@ from redis.asyncio import Redis
 
 from app.jobs.registry import JobContext, Registry
 from app.main import create_app
-from app.settings import RefusedConfiguration
+from app.settings import RefusedConfiguration, Settings
 from app.stores import jobs as job_store
 from app.worker import finish, run_worker
 from tests.conftest import Running, embedded_settings, full_settings, post_messages, turn
@@ -277,3 +278,19 @@ async def test_a_frozen_redis_is_skipped_and_requests_degrade_to_the_log(
         finally:
             await probe.aclose()
         assert (await client.get("/readyz")).json()["checks"]["buffer"]["ok"]
+
+
+async def test_start_up_is_frozen_out_of_the_collectors_reach_when_asked(
+    start_app: Callable[..., Any], tmp_path: Path
+) -> None:
+    """`gc_freeze` (on by default; off in this test process, see tests/conftest.py): once
+    the app is up, what start-up built is frozen, so no full collection walks it."""
+    assert Settings.model_fields["gc_freeze"].default is True
+    gc.unfreeze()
+    try:
+        async with start_app(embedded_settings(tmp_path / "off", gc_freeze=False)):
+            assert gc.get_freeze_count() == 0
+        async with start_app(embedded_settings(tmp_path / "on", gc_freeze=True)):
+            assert gc.get_freeze_count() > 10_000  # the modules alone are more
+    finally:
+        gc.unfreeze()

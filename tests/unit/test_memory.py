@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import platform
+import weakref
 
 import pytest
 
@@ -44,3 +46,25 @@ def test_glibc_takes_the_settings() -> None:
     assert memory.tune_malloc(arena_max=2, mmap_threshold=262_144)
     assert memory.tune_malloc(arena_max=0, mmap_threshold=0)  # nothing to set: still fine
     assert isinstance(memory.trim(), bool)
+
+
+class _Node:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_frozen_cycle_outlives_collections_until_unfrozen() -> None:
+    node = _Node()
+    alive = weakref.ref(node)
+    before = gc.get_freeze_count()
+    try:
+        assert memory.freeze_long_lived(collect=False) > before
+        del node
+        gc.collect()
+        assert alive() is not None  # frozen: no collection walks it
+    finally:
+        gc.unfreeze()
+    gc.collect()
+    assert alive() is None

@@ -166,3 +166,24 @@ def test_the_tagger_is_wanted_only_for_chinese_and_only_until_it_is_loaded() -> 
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_the_tagger_is_frozen_out_of_the_collectors_reach_once_loaded(freeze: bool) -> None:
+    """Its dictionaries (~50 MiB of small objects) would be walked by every full
+    collection: the service freezes them after loading it (`STRATA_GC_FREEZE`)."""
+    code = (
+        "import asyncio, gc\n"
+        "from app.core.rewrite import Turn\n"
+        "from app.services.rewrite import RewriteService\n"
+        f"service = RewriteService(None, None, freeze_after_load={freeze})\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "zh = [Turn('user', '我妹妹玛丽亚下周来。')]\n"
+        "result = asyncio.run(service.standalone('她吃什么？', zh))\n"
+        "assert result.changed, result\n"
+        f"assert (gc.get_freeze_count() > 10_000) is {freeze}, gc.get_freeze_count()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
