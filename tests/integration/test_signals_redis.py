@@ -4,6 +4,7 @@ one process ends the pause of the workers in the others, and not its own worker'
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
@@ -43,21 +44,31 @@ async def test_what_ingest_and_a_waiting_request_publish() -> None:
         await redis.aclose()
 
 
+async def _publish_until(event: asyncio.Event, publish: Callable[[], Awaitable[object]]) -> None:
+    """Publish until `event` is set: the subscription goes live in the background, and
+    the channel's subscriber count cannot tell when (other tests' apps subscribe too)."""
+    for _ in range(50):
+        await publish()
+        try:
+            await asyncio.wait_for(event.wait(), 0.1)
+            return
+        except TimeoutError:
+            continue
+    raise AssertionError("the wake-up was never heard")
+
+
 async def test_another_processes_urgent_wake_up_hurries_this_worker_and_its_own_does_not() -> None:
     redis, publisher = Redis.from_url(REDIS_URL), Redis.from_url(REDIS_URL)
     worker = Signals(redis, Breaker(retry_seconds=5))
     worker.start()
     try:
-        for _ in range(100):  # until the hub's subscription is live
-            if dict(await publisher.pubsub_numsub(WAKE_CHANNEL)).get(WAKE_CHANNEL.encode()):
-                break
-            await asyncio.sleep(0.05)
-        await publisher.publish(WAKE_CHANNEL, URGENT_WAKE)  # our own, heard back
-        await asyncio.wait_for(worker.work.wait(), 5)
+        # Our own, heard back: work to do, but nothing urgent.
+        await _publish_until(worker.work, lambda: publisher.publish(WAKE_CHANNEL, URGENT_WAKE))
         await asyncio.sleep(0.2)
         assert not worker.urgent.is_set()
-        await publisher.publish(WAKE_CHANNEL, b"2:" + b"f" * 12)  # another process's
-        await asyncio.wait_for(worker.urgent.wait(), 5)
+        # Another process's.
+        other = b"2:" + b"f" * 12
+        await _publish_until(worker.urgent, lambda: publisher.publish(WAKE_CHANNEL, other))
     finally:
         await worker.close()
         await publisher.aclose()
