@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
@@ -202,7 +202,13 @@ async def soft_delete(
     )
 
 
+_EVENTS = cast(sa.Table, MemoryEvent.__table__)
+_MEMORIES = cast(sa.Table, Memory.__table__)
+
+
 async def add_events(tx: AsyncSession, events: Sequence[AuditEvent]) -> None:
+    """Insert the events on the table itself: the ORM's bulk insert costs ~30% more CPU
+    per row, on the event loop (a reinforcement flush writes hundreds at once)."""
     rows = [
         {
             "tenant_id": e.tenant_id,
@@ -217,7 +223,7 @@ async def add_events(tx: AsyncSession, events: Sequence[AuditEvent]) -> None:
         for e in events
     ]
     for start in range(0, len(rows), _CHUNK):
-        await tx.execute(sa.insert(MemoryEvent), rows[start : start + _CHUNK])
+        await tx.execute(sa.insert(_EVENTS), rows[start : start + _CHUNK])
 
 
 async def page(
@@ -295,6 +301,21 @@ async def lock_use(
     return {mid: Use(strength, count, last) for mid, strength, count, last in rows}
 
 
+_SAVE_USE = (
+    sa.update(_MEMORIES)
+    .where(
+        _MEMORIES.c.tenant_id == sa.bindparam("p_tenant"),
+        _MEMORIES.c.user_id == sa.bindparam("p_user"),
+        _MEMORIES.c.id == sa.bindparam("p_id"),
+    )
+    .values(
+        strength=sa.bindparam("p_strength"),
+        access_count=sa.bindparam("p_count"),
+        last_accessed_at=sa.bindparam("p_last"),
+    )
+)
+
+
 async def save_use(
     tx: AsyncSession, tenant_id: str, user_id: str, uses: Mapping[uuid.UUID, Use]
 ) -> None:
@@ -302,18 +323,18 @@ async def save_use(
     count, which normalises the usage share of importance."""
     if not uses:
         return
-    # A bulk UPDATE by primary key, kept to the user's rows. Extra criteria require turning
-    # off the session's synchronising, which has nothing to do: `lock_use` loads no objects.
+    # An executemany on the table itself, kept to the user's rows: the ORM's bulk UPDATE
+    # by primary key cost twice the CPU per row, on the event loop.
     await tx.execute(
-        sa.update(Memory)
-        .where(Memory.tenant_id == tenant_id, Memory.user_id == user_id)
-        .execution_options(synchronize_session=None),
+        _SAVE_USE,
         [
             {
-                "id": mid,
-                "strength": use.strength,
-                "access_count": use.access_count,
-                "last_accessed_at": use.last_accessed_at,
+                "p_tenant": tenant_id,
+                "p_user": user_id,
+                "p_id": mid,
+                "p_strength": use.strength,
+                "p_count": use.access_count,
+                "p_last": use.last_accessed_at,
             }
             for mid, use in uses.items()
         ],

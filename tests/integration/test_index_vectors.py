@@ -291,3 +291,56 @@ async def test_a_write_that_fails_part_way_leaves_no_stale_cached_payload(tmp_pa
     assert after[first].access_count == 7  # stored before the failure
     assert after[second].access_count == before[second].access_count
     await index.close()
+
+
+def _payloads(lists: CandidateLists) -> dict[uuid.UUID, MemoryPayload]:
+    return {h.id: h.payload for h in (*lists.dense, *lists.sparse)}
+
+
+class _CountingUpdates:
+    """The real shard, counting its `update` calls."""
+
+    def __init__(self, shard: Any) -> None:
+        self.shard = shard
+        self.updates = 0
+
+    def update(self, op: Any) -> None:
+        self.updates += 1
+        self.shard.update(op)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shard, name)
+
+
+async def test_points_sharing_a_patch_are_patched_in_one_update(tmp_path: Path) -> None:
+    """A reinforcement flush gives many points the same count and time: one update per
+    distinct patch; a point deleted meanwhile does not keep the others from theirs."""
+    from app.stores.vectors import PayloadPatch
+
+    rng = np.random.default_rng(11)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()
+    await index.upsert([point(i, rng) for i in range(30)])
+    _, asked = query(0, rng)
+    q = VectorQuery(TENANT, USER, asked.dense, asked.sparse, limit=30)
+    ids = list(_payloads(await index.candidates(q)))
+    assert len(ids) == 30
+    gone = ids[3]
+    await index.delete([gone])
+
+    real = index._shard
+    counting = _CountingUpdates(real)
+    index._shard = counting
+    await index.set_payload(
+        [(pid, PayloadPatch(access_count=2 if n < 20 else 5)) for n, pid in enumerate(ids)]
+    )
+    index._shard = real
+
+    after = _payloads(await index.candidates(q))
+    assert gone not in after
+    assert {pid: after[pid].access_count for pid in after} == {
+        pid: 2 if n < 20 else 5 for n, pid in enumerate(ids) if pid != gone
+    }
+    # Two patches: two updates, and the group with the deleted point once more per point.
+    assert counting.updates == 2 + 20
+    await index.close()
