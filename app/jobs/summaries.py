@@ -40,19 +40,24 @@ def register(
         )
         parent = periods.PARENT[level]
         if outcome.changed and parent is not None:
-            # The level above, once its period has closed: a re-run of this job queues it
-            # again, which its hash then makes a no-op.
+            # The level above, once its period has closed, or before if someone asked for
+            # it (a weekly of the open week that a session's deletion queued again may
+            # have run before this daily was back): a re-run of this job queues it again,
+            # which its hash then makes a no-op.
             tz = periods.zone(s.timezone)
             first_day = periods.local_day(s.period_start, tz)
             if parent == "essence":
                 result["queued"] = await _queue_parent(
                     summaries, ctx.tenant_id, user_id, parent, None
                 )
-            elif periods.period(parent, first_day, tz).closed(datetime.now(UTC)):
+            else:
                 week = periods.week_start(first_day)
-                result["queued"] = await _queue_parent(
-                    summaries, ctx.tenant_id, user_id, parent, week
-                )
+                if periods.period(parent, first_day, tz).closed(
+                    datetime.now(UTC)
+                ) or await summaries.asked_for(ctx.tenant_id, user_id, parent, week):
+                    result["queued"] = await _queue_parent(
+                        summaries, ctx.tenant_id, user_id, parent, week
+                    )
         return result
 
     async def sweep(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:

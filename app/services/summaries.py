@@ -364,6 +364,14 @@ class SummaryService:
                 queued = await job_store.requeue(tx, job_id=job.id, now=now)
         return job.id, key, queued
 
+    async def asked_for(self, tenant_id: str, user_id: str, level: Level, day: date | None) -> bool:
+        """True when this period has a job: someone asked for its summary (`POST
+        /v1/summarize`, a session's deletion queueing it again), perhaps before it closed."""
+        key = periods.job_key(user_id, level, day)
+        async with self.db.read() as tx:
+            job = await job_store.find(tx, tenant_id=tenant_id, kind=SUMMARIZE, key=key)
+        return job is not None
+
     async def page(
         self,
         tenant_id: str,

@@ -66,6 +66,12 @@ async def enqueue(
     raise RuntimeError(f"job {kind}/{key} kept vanishing while being enqueued")
 
 
+async def find(tx: AsyncSession, *, tenant_id: str, kind: str, key: str) -> Job | None:
+    """The job of this (tenant, kind, key), in whatever state, if there is one."""
+    stmt = sa.select(Job).where(Job.tenant_id == tenant_id, Job.kind == kind, Job.key == key)
+    return (await tx.execute(stmt)).scalar_one_or_none()
+
+
 async def get(tx: AsyncSession, tenant_id: str, job_id: uuid.UUID) -> Job | None:
     result = await tx.execute(sa.select(Job).where(Job.id == job_id, Job.tenant_id == tenant_id))
     return result.scalar_one_or_none()
