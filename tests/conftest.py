@@ -56,7 +56,7 @@ def _tenant_scoped_queries_only() -> Iterator[None]:
 # (pyproject.toml, a minute later) dumps the threads from C.
 # A test process starts hundreds of apps: with start-up frozen (`gc.freeze`), the cycles
 # of those that ended would never be collected. The freeze has tests of its own, which
-# ask for it (tests/unit/test_memory.py, tests/integration/test_probes.py).
+# ask for it (tests/unit/test_memory.py, tests/integration/test_operations.py).
 os.environ.setdefault("STRATA_GC_FREEZE", "false")
 
 TEST_TIME_LIMIT = float(os.environ.get("STRATA_TEST_TIME_LIMIT", "600"))

@@ -61,6 +61,7 @@ class RewriteService:
         # The tagger's dictionaries (~50 MiB) out of the collector's reach once loaded, as
         # start-up's are (`STRATA_GC_FREEZE`, app/memory.py).
         self.freeze_after_load = freeze_after_load
+        self._frozen = False
 
     async def rewrite(self, tenant_id: str, body: RewriteRequest) -> RewriteResponse:
         # Reading the turns checks the session belongs to the user (404 otherwise).
@@ -95,7 +96,8 @@ class RewriteService:
             return Rewrite(query, query, False, "none")
         if tagger_missing_for(query, turns):
             await asyncio.to_thread(load_tagger)  # its first import, off the event loop
-            if self.freeze_after_load:
+            if self.freeze_after_load and not self._frozen:
+                self._frozen = True  # once: concurrent first requests all load it
                 memory.freeze_long_lived(collect=False)
         if self.llm is not None:
             try:

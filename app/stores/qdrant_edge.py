@@ -237,7 +237,7 @@ class QdrantEdgeIndex:
         # hundreds of points with a handful of distinct counts and one time, and building
         # an operation costs ~12 us of the event loop's time each.
         groups: dict[bytes, tuple[dict[str, Any], list[int | uuid.UUID | str]]] = {}
-        for pid, patch in updates:
+        for pid, patch in dict(updates).items():  # a point given twice: its last patch
             payload = encode_patch(patch)
             key = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
             groups.setdefault(key, (payload, []))[1].append(pid)

@@ -343,4 +343,17 @@ async def test_points_sharing_a_patch_are_patched_in_one_update(tmp_path: Path) 
     }
     # Two patches: two updates, and the group with the deleted point once more per point.
     assert counting.updates == 2 + 20
+
+    # A point given twice keeps its last patch, in the index as in the cache.
+    first, other = ids[0], ids[1]
+    await index.set_payload(
+        [
+            (other, PayloadPatch(access_count=9)),
+            (first, PayloadPatch(access_count=1)),
+            (first, PayloadPatch(access_count=9)),
+        ]
+    )
+    assert _payloads(await index.candidates(q))[first].access_count == 9  # the cache
+    index._cached.clear()
+    assert _payloads(await index.candidates(q))[first].access_count == 9  # the index
     await index.close()
