@@ -499,3 +499,60 @@ async def test_deleting_a_session_removes_and_regenerates_its_summaries(
     found = recall.json()["results"]
     assert not any("Kiwi" in r["content"] for r in found)
     assert {r["id"] for r in found} <= {i["id"] for i in items}
+
+
+async def test_a_weekly_asked_for_in_the_open_week_follows_its_daily(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """A weekly of the open week that someone asked for before its daily existed finds
+    nothing; when the daily is written, its job queues that weekly again. A week nobody
+    asked for waits for its close, as before."""
+    from app.stores.models import Job
+
+    svc = service(running)
+    tenant = running.resources.settings.default_tenant
+    sent = datetime.now(UTC) - timedelta(minutes=1)
+    day = sent.date()
+    monday = periods.week_start(day)
+    asked, quiet = ids("asked"), ids("quiet")
+    for user in (asked, quiet):
+        await post_messages(
+            running,
+            f"s-{user}",
+            user,
+            [turn("I planted tomatoes on the balcony.", created_at=sent.isoformat())],
+            wait=False,
+        )
+
+    async def states(user: str) -> dict[str, str]:
+        async with running.resources.db.read() as tx:
+            rows = (
+                await tx.execute(sa.select(Job.key, Job.state).where(Job.key.like(f"{user}:%")))
+            ).all()
+        return {str(key): str(state) for key, state in rows}
+
+    def done(user: str, level: str, first: date) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            key = periods.job_key(user, level, first)  # type: ignore[arg-type]
+            return (await states(user)).get(key) == "succeeded"
+
+        return check
+
+    await svc.enqueue(tenant, asked, "weekly", monday)
+    await wait_for(done(asked, "weekly", monday))
+    assert await list_summaries(running, asked, level="weekly") == []  # no daily yet
+
+    for user in (asked, quiet):
+        await svc.enqueue(tenant, user, "daily", day)
+
+    async def weekly_back() -> list[dict[str, Any]] | None:
+        found = await list_summaries(running, asked, level="weekly")
+        return found or None
+
+    weekly = (await wait_for(weekly_back))[0]
+    daily = (await list_summaries(running, asked, level="daily"))[0]
+    assert [s["id"] for s in weekly["sources"]] == [daily["id"]]
+
+    await wait_for(done(quiet, "daily", day))
+    assert periods.job_key(quiet, "weekly", monday) not in await states(quiet)
+    assert await list_summaries(running, quiet, level="weekly") == []
