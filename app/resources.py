@@ -26,6 +26,7 @@ from app.providers.llm import LLM, OpenAICompatibleLLM
 from app.settings import Settings
 from app.stores.buffer import Breaker, Buffer
 from app.stores.db import Database, create_engine, migrate
+from app.stores.generations import Generations
 from app.stores.signals import Signals
 from app.stores.vectors import VectorIndex, collection_name, superseded_collections
 
@@ -42,6 +43,7 @@ class Resources:
     tokens: TokenCounter
     signals: Signals
     metrics: Metrics
+    generations: Generations
     llm: LLM | None = None  # None: every LLM use falls back to its heuristic
     # "Now" for reinforcement and forgetting: a test or a simulation moves it (app.core.clock).
     clock: Clock = utc_now
@@ -123,6 +125,10 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         signals = Signals(redis if settings.redis_url is not None else None, breaker)
         signals.start()
         stack.push_async_callback(signals.close)
+        # Context's cached reads end when a commit here, or in another process, may have
+        # changed them (app/services/context_cache.py).
+        generations = Generations(redis if settings.redis_url is not None else None, breaker)
+        db.after_commit(generations.bump)
 
         metrics = Metrics(settings.metrics_multiproc_dir)
         raw_embedder = _embedder(settings)
@@ -176,4 +182,6 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
             embedder.model_id,
             llm.model if llm is not None else "none",
         )
-        yield Resources(settings, db, buffer, vectors, embedder, tokens, signals, metrics, llm)
+        yield Resources(
+            settings, db, buffer, vectors, embedder, tokens, signals, metrics, generations, llm
+        )

@@ -458,6 +458,18 @@ class Settings(BaseSettings):
         '{"recent_messages": 0.5, "memories": 0.3}',
     )
 
+    context_cache_seconds: float = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="how long context keeps a user's profile and summaries between calls "
+        "(0: read them on every call); a write that may change them ends the entry at once "
+        "(docs/architecture.md §4); this bounds only what a lost announcement can leave",
+    )
+    context_cache_entries: int = Field(
+        default=4096, ge=1, le=1_000_000, description="users' entries context keeps at most"
+    )
+
     @field_validator("context_shares")
     @classmethod
     def _shares_in_range(cls, value: dict[str, float]) -> dict[str, float]:

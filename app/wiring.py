@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from app.resources import Resources
 from app.services.context import ContextService
+from app.services.context_cache import ContextCache
 from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
 from app.services.graph import GraphService
@@ -90,6 +91,11 @@ def build_services(resources: Resources) -> Services:
             shares=r.settings.context_shares,
             summaries=summaries,
             profile=profile,
+            cache=ContextCache(
+                r.generations,
+                ttl_seconds=r.settings.context_cache_seconds,
+                entries=r.settings.context_cache_entries,
+            ),
         ),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping},

@@ -39,6 +39,7 @@ from app.schemas.context import ContextRequest, ContextResponse, ContextSections
 from app.schemas.ingest import MessageOut, SessionOut
 from app.schemas.profile import Profile, ProfileFact
 from app.schemas.recall import RecallResult
+from app.services.context_cache import ContextCache
 from app.services.ingest import IngestService
 from app.services.profile import ProfileService
 from app.services.recall import RecallService
@@ -176,6 +177,7 @@ class ContextService:
         shares: Mapping[str, float] = DEFAULT_SHARES,
         summaries: SummaryService | None = None,
         profile: ProfileService | None = None,
+        cache: ContextCache | None = None,
     ) -> None:
         unknown = set(shares) - set(section_names())
         if unknown:
@@ -189,6 +191,7 @@ class ContextService:
         self.shares = dict(shares)
         self.summaries = summaries  # None: no summaries section (a service built without)
         self.profile = profile  # None: no profile section
+        self.cache = cache  # None: the profile and the summaries are read on every call
 
     async def build(self, tenant_id: str, session_id: str, body: ContextRequest) -> ContextResponse:
         """Read the conversation, recall for its last question, add the older periods'
@@ -199,11 +202,18 @@ class ContextService:
         # The recall (the index and the model; SQL at most every few seconds) runs while the
         # profile and the summaries are read one after the other: the call waits for the
         # slower side, not for the sum, and mostly holds one database connection, as before.
-        async def stored() -> tuple[Profile, list[SummaryOut]]:
+        before = _summaries_before(body, recent)
+
+        async def read() -> tuple[Profile, list[SummaryOut]]:
             async with self.db.read() as tx:  # one transaction: its statements are the cost
                 return await self._profile(tx, tenant_id, body), await self._summaries(
-                    tx, tenant_id, body, recent
+                    tx, tenant_id, body, before
                 )
+
+        async def stored() -> tuple[Profile, list[SummaryOut]]:
+            if self.cache is None or body.as_of is not None:
+                return await read()
+            return await self.cache.get(tenant_id, body.user_id, before, read)
 
         try:
             async with asyncio.TaskGroup() as reads:
@@ -346,15 +356,19 @@ class ContextService:
         return await self.profile.read(tx, tenant_id, body.user_id, as_of=body.as_of)
 
     async def _summaries(
-        self, tx: AsyncSession, tenant_id: str, body: ContextRequest, recent: list[MessageOut]
+        self, tx: AsyncSession, tenant_id: str, body: ContextRequest, before: datetime
     ) -> list[SummaryOut]:
-        """Older periods where the verbatim turns stop: summaries of what ended before the
-        oldest turn read (and, in a replay, before `as_of`)."""
+        """Older periods where the verbatim turns stop (`_summaries_before`)."""
         if self.summaries is None:
             return []
-        now = body.as_of or datetime.now(UTC)
-        before = min(recent[0].created_at, now) if recent else now
         return await self.summaries.for_context(tx, tenant_id, body.user_id, before)
+
+
+def _summaries_before(body: ContextRequest, recent: list[MessageOut]) -> datetime:
+    """Summaries are of what ended before the oldest turn read (and, in a replay, before
+    `as_of`)."""
+    now = body.as_of or datetime.now(UTC)
+    return min(recent[0].created_at, now) if recent else now
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -30,9 +31,11 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from app.errors import DatabaseUnavailable
+from app.stores import changes
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -94,8 +97,23 @@ def _tune_sqlite(engine: AsyncEngine, *, readonly: bool) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+class WatchedSession(Session):
+    """Every session records which users its writes may have changed for context's cached
+    reads (`app.stores.changes`); a read-only one records nothing, at a few µs a
+    statement, and a write sent through `read()` by mistake is still seen."""
+
+
+changes.watch(WatchedSession)
+
+# Told, after each commit, which users its writes touched (`changes.Scope`). Should not
+# raise: what it raises is logged, and the committed write answered as it was.
+CommitHook = Callable[[set[changes.Scope]], Awaitable[None]]
+
+
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+    return async_sessionmaker(
+        engine, expire_on_commit=False, autoflush=False, sync_session_class=WatchedSession
+    )
 
 
 def alembic_config(dsn: str) -> Config:
@@ -152,6 +170,7 @@ class Database:
         self.reader = reader or engine
         self._sessions = session_factory(engine)
         self._reads = session_factory(self.reader)
+        self._on_commit: list[CommitHook] = []
 
     @property
     def dialect(self) -> str:
@@ -159,12 +178,17 @@ class Database:
 
     def transaction(self) -> _Transaction:
         """A read-write transaction."""
-        return _Transaction(self._sessions)
+        return _Transaction(self._sessions, self._on_commit)
 
     def read(self) -> _Transaction:
         """Reads (on SQLite in autocommit, each statement its own snapshot, never waiting
         for the write lock; on PostgreSQL a read-committed transaction)."""
-        return _Transaction(self._reads)
+        return _Transaction(self._reads, self._on_commit)
+
+    def after_commit(self, hook: CommitHook) -> None:
+        """Call `hook` with the users a committed transaction's writes may have changed
+        for context (`app.stores.changes`), after the commit, when there are any."""
+        self._on_commit.append(hook)
 
     async def ping(self) -> float:
         # Through the reader: on SQLite a write-lock wait behind promotion is not an outage.
@@ -177,8 +201,11 @@ class Database:
 
 
 class _Transaction:
-    def __init__(self, factory: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, factory: async_sessionmaker[AsyncSession], on_commit: list[CommitHook] | None = None
+    ) -> None:
         self._factory = factory
+        self._on_commit = on_commit if on_commit is not None else []  # the Database's own
         self._session: AsyncSession | None = None
 
     async def __aenter__(self) -> AsyncSession:
@@ -199,9 +226,11 @@ class _Transaction:
         _tb: TracebackType | None,
     ) -> None:
         assert self._session is not None
+        committed = False
         try:
             if exc is None:
                 await self._session.commit()
+                committed = True
             else:
                 await self._session.rollback()
         except Exception as failure:
@@ -212,7 +241,14 @@ class _Transaction:
             # The rollback of a broken connection may fail too; the first error is the news.
             log.warning("rollback failed after %s: %r", type(exc).__name__, failure)
         finally:
+            touched = changes.taken(self._session.sync_session)
             await self._session.close()
+        if committed and touched:
+            for hook in self._on_commit:
+                try:
+                    await hook(touched)
+                except Exception:  # the write is committed: it must not be reported failed
+                    log.exception("after-commit hook %r failed", hook)
         if isinstance(exc, Exception) and (unavailable := _outage(exc)) is not None:
             raise unavailable from exc
 

@@ -1,0 +1,96 @@
+"""Per-user change counters for context's cached reads (`app.services.context_cache`).
+
+A cached entry remembers the counters it was read under and is used only while they are
+unchanged. Each committed write that may change a user's profile or summaries bumps that
+user's counter (`app.stores.changes`; a write that could not be placed bumps the
+everyone-counter instead), after its commit.
+
+Embedded, one process holds everything: the counters are a dict. In the full stack the
+api processes and the workers share them in Redis (two keys read in one round trip per
+context call; an INCR per write that touched a user's profile, facts or summaries), so a fact the
+worker extracts or a profile another api process patched is seen on the next call. When
+Redis cannot be reached, `current` answers None and the caller reads from SQL: the cache
+is skipped, never trusted blind. A bump that fails after its commit (Redis down at that
+moment, a crash between the two) leaves other processes' entries as they were until they
+expire (`context_cache_seconds`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.errors import BufferUnavailable
+from app.stores.buffer import Breaker
+from app.stores.changes import EVERYONE, Scope
+
+log = logging.getLogger("strata.generations")
+
+KEY_PREFIX = "strata:gen:"
+KEY_TTL_SECONDS = 86_400  # a user quiet for a day starts again from "never bumped"
+
+# (the everyone-counter, the user's counter); a counter never bumped reads as 0 locally
+# and as None in Redis, which is fine: only equality matters.
+Stamp = tuple[int | None, int | None]
+
+
+def _key(scope: Scope) -> str:
+    # Hash-tagged by tenant and user (docs/scaling.md: Redis Cluster), "\x1f" between the
+    # two since either may contain ":".
+    return f"{KEY_PREFIX}{{{scope[0]}\x1f{scope[1]}}}"
+
+
+class Generations:
+    def __init__(self, redis: Redis | None, breaker: Breaker) -> None:
+        self.redis = redis  # None: one process (embedded), the counters stay in it
+        self.breaker = breaker
+        self._local: dict[Scope, int] = {}
+
+    async def current(self, tenant_id: str, user_id: str) -> Stamp | None:
+        """The counters a read of this user's profile and summaries is valid under; None
+        when they cannot be known (then nothing may be cached or trusted)."""
+        scope = (tenant_id, user_id)
+        if self.redis is None:
+            return self._local.get(EVERYONE, 0), self._local.get(scope, 0)
+        try:
+            with self.breaker.guard():
+                # Two GETs in one round trip, not an MGET: the keys' slots differ on a
+                # Redis Cluster, whose client splits a pipeline by node but refuses a
+                # cross-slot MGET.
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.get(_key(EVERYONE))
+                    pipe.get(_key(scope))
+                    everyone, mine = await pipe.execute()
+        except (RedisError, OSError, BufferUnavailable) as exc:
+            log.debug("generations unavailable: %r", exc)
+            return None
+        return _int(everyone), _int(mine)
+
+    async def bump(self, scopes: Iterable[Scope]) -> None:
+        """After a commit: these users' cached reads are no longer valid. Never raises."""
+        found = set(scopes)
+        if self.redis is None:
+            for scope in found:
+                self._local[scope] = self._local.get(scope, 0) + 1
+            return
+        try:
+            with self.breaker.guard():
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for scope in found:
+                        pipe.incr(_key(scope))
+                        pipe.expire(_key(scope), KEY_TTL_SECONDS)
+                    await pipe.execute()
+        except (RedisError, OSError, BufferUnavailable) as exc:
+            log.warning(
+                "could not announce a change to %d users' context reads (their cached "
+                "entries in other processes live out their time): %r",
+                len(found),
+                exc,
+            )
+
+
+def _int(value: bytes | str | None) -> int | None:
+    return None if value is None else int(value)
