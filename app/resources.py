@@ -43,7 +43,7 @@ class Resources:
     tokens: TokenCounter
     signals: Signals
     metrics: Metrics
-    generations: Generations
+    generations: Generations | None  # None: context caches nothing (app/resources.py)
     llm: LLM | None = None  # None: every LLM use falls back to its heuristic
     # "Now" for reinforcement and forgetting: a test or a simulation moves it (app.core.clock).
     clock: Clock = utc_now
@@ -126,9 +126,15 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         signals.start()
         stack.push_async_callback(signals.close)
         # Context's cached reads end when a commit here, or in another process, may have
-        # changed them (app/services/context_cache.py).
-        generations = Generations(redis if settings.redis_url is not None else None, breaker)
-        db.after_commit(generations.bump)
+        # changed them (app/services/context_cache.py): over Redis, or in the process when
+        # it is the only one (embedded). Processes that share a database without Redis
+        # could not tell each other: no cache.
+        generations: Generations | None = None
+        if settings.redis_url is not None or (
+            settings.is_sqlite and settings.run_worker_in_process
+        ):
+            generations = Generations(redis if settings.redis_url is not None else None, breaker)
+            db.after_commit(generations.bump)
 
         metrics = Metrics(settings.metrics_multiproc_dir)
         raw_embedder = _embedder(settings)

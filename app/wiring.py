@@ -95,7 +95,9 @@ def build_services(resources: Resources) -> Services:
                 r.generations,
                 ttl_seconds=r.settings.context_cache_seconds,
                 entries=r.settings.context_cache_entries,
-            ),
+            )
+            if r.generations is not None
+            else None,
         ),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping},

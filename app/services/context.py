@@ -211,7 +211,8 @@ class ContextService:
                 )
 
         async def stored() -> tuple[Profile, list[SummaryOut]]:
-            if self.cache is None or body.as_of is not None:
+            # Not for a replay, nor without turns (`before` is then now: never asked again).
+            if self.cache is None or body.as_of is not None or not recent:
                 return await read()
             return await self.cache.get(tenant_id, body.user_id, before, read)
 

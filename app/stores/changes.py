@@ -24,8 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
-from sqlalchemy.sql import visitors
-from sqlalchemy.sql.elements import BinaryExpression, BindParameter
+from sqlalchemy.sql.elements import BinaryExpression, BindParameter, BooleanClauseList, Grouping
 
 from app.stores.models import Memory, Summary, User
 
@@ -82,8 +81,9 @@ def _on_execute(state: ORMExecuteState) -> None:
 def statement_scopes(statement: Any, parameters: Any = None) -> set[Scope]:
     """The scopes one executed statement may have changed (public for its tests)."""
     if isinstance(statement, sa.TextClause):
+        # Textual SQL is not parsed: any that may write a watched table counts for everyone.
         text = statement.text.lower()
-        written = text.lstrip().startswith(("insert", "update", "delete", "with", "replace"))
+        written = any(verb in text for verb in ("insert", "update", "delete", "replace"))
         return {EVERYONE} if written and any(t in text for t in _OWNER) else set()
     table = getattr(statement, "table", None)
     name = getattr(table, "name", None)
@@ -93,9 +93,15 @@ def statement_scopes(statement: Any, parameters: Any = None) -> set[Scope]:
         return set()
     params = _param_rows(parameters)
     if isinstance(statement, sa.Insert):
-        return _insert_scopes(statement, name, params)
-    if isinstance(statement, sa.Update) and not _sets_shown(statement, name, params):
-        return set()
+        # An upsert may change an existing row whatever its new row holds: no row is skipped.
+        clause = getattr(statement, "_post_values_clause", None)
+        upsert = clause is not None and "DoNothing" not in type(clause).__name__
+        return _insert_scopes(statement, name, params, skip_unshown=not upsert)
+    if isinstance(statement, sa.Update):
+        if not _sets_shown(statement, name, params):
+            return set()
+        if name != "users" and _moves_owner(statement, params):
+            return {EVERYONE}
     return {_where_scope(statement, name, params)}
 
 
@@ -129,7 +135,9 @@ def _statement_rows(statement: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _insert_scopes(statement: sa.Insert, table: str, params: list[Mapping[str, Any]]) -> set[Scope]:
+def _insert_scopes(
+    statement: sa.Insert, table: str, params: list[Mapping[str, Any]], *, skip_unshown: bool
+) -> set[Scope]:
     rows = _statement_rows(statement) or [dict(p) for p in params]
     if not rows:
         return {EVERYONE}
@@ -138,9 +146,10 @@ def _insert_scopes(statement: sa.Insert, table: str, params: list[Mapping[str, A
         p = params[0] if len(params) == 1 else {}
         values = {k: _value(v, p) for k, v in row.items()}
         memory_type = values.get("memory_type")
-        if table == "memories" and isinstance(memory_type, str) and memory_type not in FACT_TYPES:
+        episodic = isinstance(memory_type, str) and memory_type not in FACT_TYPES
+        if skip_unshown and table == "memories" and episodic:
             continue  # an episodic turn: never in the profile
-        if table == "users" and not values.get("profile"):
+        if skip_unshown and table == "users" and not values.get("profile"):
             continue  # a user first seen: an empty profile reads as no profile
         tenant, user = values.get("tenant_id"), values.get(_OWNER[table])
         placed = isinstance(tenant, str) and isinstance(user, str)
@@ -160,15 +169,23 @@ def _sets_shown(statement: sa.Update, table: str, params: list[Mapping[str, Any]
     return bool(columns & shown)
 
 
+def _moves_owner(statement: sa.Update, params: list[Mapping[str, Any]]) -> bool:
+    """An UPDATE that sets the tenant or the user changes two users' reads."""
+    values = getattr(statement, "_values", None)
+    columns = {_key(k) for k in values} if values else {k for p in params for k in p}
+    return bool(columns & {"tenant_id", "user_id"})
+
+
 def _where_scope(statement: Any, table: str, params: list[Mapping[str, Any]]) -> Scope:
-    """The tenant and user a WHERE clause pins by equality to literal values; EVERYONE
-    when it pins neither or several rows' parameters differ."""
+    """The tenant and user a WHERE clause pins by equality to literal values, among the
+    terms it ANDs at its top (an equality under an OR, a NOT or a subquery pins nothing);
+    EVERYONE when it pins neither or several rows' parameters differ."""
     where = getattr(statement, "whereclause", None)
     if where is None:
         return EVERYONE
     found: dict[str, set[Any]] = {"tenant_id": set(), _OWNER[table]: set()}
     rows = params or [{}]
-    for node in visitors.iterate(where):
+    for node in _conjuncts(where):
         if not isinstance(node, BinaryExpression) or node.operator is not sa.sql.operators.eq:
             continue
         column, bound = node.left, node.right
@@ -184,6 +201,15 @@ def _where_scope(statement: Any, table: str, params: list[Mapping[str, Any]]) ->
         if isinstance(t, str) and isinstance(u, str):
             return (t, u)
     return EVERYONE
+
+
+def _conjuncts(clause: Any) -> list[Any]:
+    """The terms of a clause's top-level AND (the clause itself when it is no AND)."""
+    if isinstance(clause, BooleanClauseList) and clause.operator is sa.sql.operators.and_:
+        return [term for c in clause.clauses for term in _conjuncts(c)]
+    if isinstance(clause, Grouping):
+        return _conjuncts(clause.element)
+    return [clause]
 
 
 def _on_flush(session: Session, _ctx: UOWTransaction) -> None:

@@ -202,7 +202,9 @@ class Database:
 
 class _Transaction:
     def __init__(
-        self, factory: async_sessionmaker[AsyncSession], on_commit: list[CommitHook] | None = None
+        self,
+        factory: async_sessionmaker[AsyncSession],
+        on_commit: list[CommitHook] | None = None,
     ) -> None:
         self._factory = factory
         self._on_commit = on_commit if on_commit is not None else []  # the Database's own
@@ -219,6 +221,14 @@ class _Transaction:
             raise
         return self._session
 
+    async def _announce(self, touched: set[changes.Scope]) -> None:
+        for hook in self._on_commit:
+            try:
+                # Shielded: a request cancelled now still announces what it committed.
+                await asyncio.shield(hook(touched))
+            except Exception:  # the write is committed: it must not be reported failed
+                log.exception("after-commit hook %r failed", hook)
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
@@ -226,29 +236,29 @@ class _Transaction:
         _tb: TracebackType | None,
     ) -> None:
         assert self._session is not None
-        committed = False
+        committing = False  # a commit that failed may still have landed: announce it too
+        touched: set[changes.Scope] = set()
         try:
-            if exc is None:
-                await self._session.commit()
-                committed = True
-            else:
-                await self._session.rollback()
-        except Exception as failure:
-            if exc is None:
-                if (unavailable := _outage(failure)) is not None:
-                    raise unavailable from failure
-                raise
-            # The rollback of a broken connection may fail too; the first error is the news.
-            log.warning("rollback failed after %s: %r", type(exc).__name__, failure)
+            try:
+                if exc is None:
+                    committing = True
+                    await self._session.commit()
+                else:
+                    await self._session.rollback()
+            except Exception as failure:
+                if exc is None:
+                    if (unavailable := _outage(failure)) is not None:
+                        raise unavailable from failure
+                    raise
+                # The rollback of a broken connection may fail too; the first error is the
+                # news.
+                log.warning("rollback failed after %s: %r", type(exc).__name__, failure)
+            finally:
+                touched = changes.taken(self._session.sync_session)
+                await self._session.close()
         finally:
-            touched = changes.taken(self._session.sync_session)
-            await self._session.close()
-        if committed and touched:
-            for hook in self._on_commit:
-                try:
-                    await hook(touched)
-                except Exception:  # the write is committed: it must not be reported failed
-                    log.exception("after-commit hook %r failed", hook)
+            if committing and touched:
+                await self._announce(touched)
         if isinstance(exc, Exception) and (unavailable := _outage(exc)) is not None:
             raise unavailable from exc
 

@@ -5,6 +5,7 @@ the full stack a write in one api process ends the entry of another."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from redis.asyncio import Redis
 
 from app.services.context_cache import ContextCache
 from app.stores.buffer import Breaker
-from app.stores.generations import Generations
+from app.stores.generations import Generations, _key
 from tests.conftest import Running, full_settings, post_messages, settle, turn
 from tests.integration.test_summaries import at, wait_for
 
@@ -156,3 +157,37 @@ async def test_without_redis_nothing_is_trusted_and_nothing_fails() -> None:
     before = datetime(2026, 1, 1, tzinfo=UTC)
     assert [await cache.get("t", "u", before, read) for _ in range(3)] == [1, 2, 3]
     await redis.aclose()
+
+
+async def test_a_redis_that_lost_its_keys_or_a_failed_bump_trusts_no_old_entry(
+    redis_client: Redis,
+) -> None:
+    """A key lost and set again (evicted, Redis restarted without persistence) must not
+    match entries stamped before, as a count starting again at 1 would; and a bump this
+    process could not send ends its own entries."""
+    generations = Generations(redis_client, Breaker(retry_seconds=0))
+    cache = ContextCache(generations, ttl_seconds=60, entries=8)
+    user = ("t-lost", uuid.uuid4().hex)
+    reads = 0
+
+    async def read() -> int:
+        nonlocal reads
+        reads += 1
+        return reads
+
+    before = datetime(2026, 1, 1, tzinfo=UTC)
+    await generations.bump({user})
+    first = await cache.get(*user, before, read)
+    assert await cache.get(*user, before, read) == first  # cached
+
+    await redis_client.delete(_key(user))  # lost ...
+    await generations.bump({user})  # ... and set again by the next write
+    second = await cache.get(*user, before, read)
+    assert second != first
+    assert await cache.get(*user, before, read) == second
+
+    generations.redis = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    await generations.bump({user})  # lost: no other process hears of it
+    await generations.redis.aclose()
+    generations.redis = redis_client
+    assert await cache.get(*user, before, read) != second  # not trusted here
