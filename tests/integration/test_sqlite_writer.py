@@ -1,0 +1,104 @@
+"""Embedded SQLite: the process's write transactions take turns on one lock
+(app/stores/db.py), in the order they asked, released whatever the body did; a write that
+waits too long is a retryable 503, as SQLite's own busy time-out was."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from app.errors import DatabaseUnavailable
+from app.stores import db as db_module
+from app.stores.db import Database, create_engine
+
+
+@pytest.fixture
+async def sqlite(tmp_path: Path) -> AsyncIterator[Database]:
+    dsn = f"sqlite+aiosqlite:///{tmp_path}/writer.db"
+    db = Database(create_engine(dsn), create_engine(dsn, readonly=True))
+    async with db.transaction() as tx:
+        await tx.execute(sa.text("CREATE TABLE turns (n INTEGER)"))
+    yield db
+    await db.close()
+
+
+async def test_writers_take_turns_in_the_order_they_asked(sqlite: Database) -> None:
+    order: list[str] = []
+    first_in = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def first() -> None:
+        async with sqlite.transaction() as tx:
+            await tx.execute(sa.text("INSERT INTO turns VALUES (1)"))
+            first_in.set()
+            await release_first.wait()
+            order.append("first")
+
+    async def later(name: str, n: int) -> None:
+        async with sqlite.transaction() as tx:
+            await tx.execute(sa.text(f"INSERT INTO turns VALUES ({n})"))
+            order.append(name)
+
+    holder = asyncio.create_task(first())
+    await first_in.wait()
+    waiting = [asyncio.create_task(later("second", 2))]
+    await asyncio.sleep(0)  # the second asks before the third
+    waiting.append(asyncio.create_task(later("third", 3)))
+    await asyncio.sleep(0.05)
+    assert order == []  # both wait for the first's commit
+    async with sqlite.read() as tx:  # reads never wait for a writer
+        assert (await tx.execute(sa.text("SELECT count(*) FROM turns"))).scalar_one() == 0
+    release_first.set()
+    await asyncio.gather(holder, *waiting)
+    assert order == ["first", "second", "third"]
+    async with sqlite.read() as tx:
+        assert (await tx.execute(sa.text("SELECT count(*) FROM turns"))).scalar_one() == 3
+
+
+async def test_the_turn_passes_on_after_a_failed_body(sqlite: Database) -> None:
+    async def failing() -> None:
+        async with sqlite.transaction() as tx:
+            await tx.execute(sa.text("INSERT INTO turns VALUES (1)"))
+            raise RuntimeError("the body failed")
+
+    with pytest.raises(RuntimeError):
+        await failing()
+    async with sqlite.transaction() as tx:
+        await tx.execute(sa.text("INSERT INTO turns VALUES (2)"))
+    async with sqlite.read() as tx:
+        rows = (await tx.execute(sa.text("SELECT n FROM turns"))).scalars().all()
+    assert list(rows) == [2]
+
+
+async def test_a_writer_that_waits_too_long_is_unavailable(
+    sqlite: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WRITER_WAIT_SECONDS", 0.2)
+    holding = asyncio.Event()
+    done = asyncio.Event()
+
+    async def hold() -> None:
+        async with sqlite.transaction() as tx:
+            await tx.execute(sa.text("INSERT INTO turns VALUES (1)"))
+            holding.set()
+            await done.wait()
+
+    holder = asyncio.create_task(hold())
+    await holding.wait()
+
+    async def second() -> None:
+        async with sqlite.transaction() as tx:
+            await tx.execute(sa.text("INSERT INTO turns VALUES (2)"))
+
+    with pytest.raises(DatabaseUnavailable):
+        await second()
+    done.set()
+    await holder
+    await second()  # the lock was not left taken by the one that gave up
+    async with sqlite.read() as tx:
+        rows = (await tx.execute(sa.text("SELECT n FROM turns ORDER BY n"))).scalars().all()
+    assert list(rows) == [1, 2]
