@@ -169,10 +169,15 @@ async def insert_many(tx: AsyncSession, rows: Sequence[MemoryValues]) -> set[uui
     """Insert memories, skipping ids already present: a re-run writes nothing twice.
     Returns the ids actually inserted."""
     inserted: set[uuid.UUID] = set()
+    if not rows:
+        return inserted
+    # An executemany of one statement, which SQLAlchemy compiles once and batches into
+    # multi-row INSERTs itself ("insertmanyvalues"): a multi-row `values([...])` was
+    # compiled anew for every pass, ~10 ms of the event loop's time for a few dozen rows.
+    stmt = _insert(tx, Memory).on_conflict_do_nothing(index_elements=["id"]).returning(Memory.id)
     for start in range(0, len(rows), _CHUNK):
-        stmt = _insert(tx, Memory).values(list(rows[start : start + _CHUNK]))
-        stmt = stmt.on_conflict_do_nothing(index_elements=["id"]).returning(Memory.id)
-        inserted.update((await tx.execute(stmt)).scalars())
+        result = await tx.execute(stmt, [dict(r) for r in rows[start : start + _CHUNK]])
+        inserted.update(result.scalars())
     return inserted
 
 
