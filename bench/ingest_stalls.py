@@ -59,7 +59,7 @@ def _instrument() -> None:
                 held = (time.perf_counter() - self._bench_at) * 1000
                 holds[self._bench_who].append(held)
 
-    db_module._Transaction.__aenter__ = timed_enter  # type: ignore[method-assign,assignment]
+    db_module._Transaction.__aenter__ = timed_enter  # type: ignore[method-assign]
     db_module._Transaction.__aexit__ = timed_leave  # type: ignore[method-assign,assignment]
 
 
