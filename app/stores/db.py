@@ -238,10 +238,12 @@ class _Transaction:
         self._session = self._factory()
         try:
             await self._session.begin()
-        except Exception as exc:
-            await self._session.close()
-            self._release()
-            if (unavailable := _outage(exc)) is not None:
+        except BaseException as exc:  # a cancellation too: the writer's turn must pass on
+            try:
+                await self._session.close()
+            finally:
+                self._release()
+            if isinstance(exc, Exception) and (unavailable := _outage(exc)) is not None:
                 raise unavailable from exc
             raise
         return self._session

@@ -198,21 +198,18 @@ class QdrantEdgeIndex:
 
         if not points:
             return
-        built: list[Any] = []
-
-        def apply(shard: Any) -> None:
-            # Built in the index's thread, not on the event loop: turning ~1,000 floats a
-            # point into Edge's vectors held the loop for 10-20 ms a promotion pass (the
-            # thread yields the GIL every switch interval; the loop's own code never does).
-            # Once: a graph being built replays the same operation on its copy.
-            if not built:
-                built.append(qe.UpdateOperation.upsert_points([_edge_point(p) for p in points]))
-            shard.update(built[0])
-
+        # Built in a thread, not on the event loop: turning ~1,000 floats a point into
+        # Edge's vectors held the loop 10-20 ms a promotion pass (a thread yields the GIL
+        # every switch interval; the loop's own code never does). Before the shard's lock,
+        # so searches do not wait for it; a point that cannot be built fails here, before
+        # anything is written or journaled for a graph being built.
+        op = await asyncio.to_thread(
+            lambda: qe.UpdateOperation.upsert_points([_edge_point(p) for p in points])
+        )
         terms: dict[uuid.UUID, tuple[UserKey, Sequence[int]] | None] = {
             p.id: ((p.payload.tenant_id, p.payload.user_id), p.sparse.indices) for p in points
         }
-        await self._write(apply, [p.id for p in points], terms=terms)
+        await self._write(lambda shard: shard.update(op), [p.id for p in points], terms=terms)
         self._unbuilt += len(points)
         self._points += len(points)
         self._maybe_build()
