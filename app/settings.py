@@ -466,8 +466,12 @@ class Settings(BaseSettings):
         "(0: read them on every call); a write that may change them ends the entry at once "
         "(docs/architecture.md §4); this bounds only what a lost announcement can leave",
     )
-    context_cache_entries: int = Field(
-        default=4096, ge=1, le=1_000_000, description="users' entries context keeps at most"
+    context_cache_mb: int = Field(
+        default=16,
+        ge=1,
+        le=4096,
+        description="what context's cache of profiles and summaries may hold per process, "
+        "roughly (their text and objects); the least recently used go first",
     )
 
     @field_validator("context_shares")

@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass
 
 from app.resources import Resources
-from app.services.context import ContextService
+from app.services.context import ContextService, stored_size
 from app.services.context_cache import ContextCache
 from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
@@ -94,7 +94,8 @@ def build_services(resources: Resources) -> Services:
             cache=ContextCache(
                 r.generations,
                 ttl_seconds=r.settings.context_cache_seconds,
-                entries=r.settings.context_cache_entries,
+                max_bytes=r.settings.context_cache_mb * 2**20,
+                weigh=stored_size,
             )
             if r.generations is not None
             else None,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import packing
@@ -363,6 +364,15 @@ class ContextService:
         if self.summaries is None:
             return []
         return await self.summaries.for_context(tx, tenant_id, body.user_id, before)
+
+
+def stored_size(value: tuple[Profile, list[SummaryOut]]) -> int:
+    """Roughly what a cached profile and summaries hold, in bytes: their text, and a few
+    hundred bytes of objects per item (`ContextCache`'s bound)."""
+    profile, summaries = value
+    texts = [f.content for f in profile.facts] + [s.content for s in summaries]
+    items = len(texts) + len(profile.attributes)
+    return len(orjson.dumps(profile.attributes)) + sum(map(len, texts)) + 400 * (items + 1)
 
 
 def _summaries_before(body: ContextRequest, recent: list[MessageOut]) -> datetime:

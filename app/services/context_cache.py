@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app.stores.generations import Generations, Stamp
 
@@ -29,6 +29,7 @@ class _Entry:
     stamp: Stamp
     expires: float  # on the cache's clock (monotonic)
     value: object
+    size: int  # roughly, in bytes (`weigh`)
 
 
 class ContextCache:
@@ -37,13 +38,18 @@ class ContextCache:
         generations: Generations,
         *,
         ttl_seconds: float,
-        entries: int,
+        max_bytes: int,
+        weigh: Callable[[Any], int] = lambda _: 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.generations = generations
         self.clock = clock
         self.ttl_seconds = ttl_seconds
-        self.entries = entries
+        # A user's profile may hold 32 kB of attributes and 100 facts, each up to a long
+        # message: the bound is on what the entries hold, not on their number.
+        self.max_bytes = max_bytes
+        self.weigh = weigh
+        self.size = 0
         self._items: OrderedDict[tuple[str, str, datetime], _Entry] = OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -66,8 +72,15 @@ class ContextCache:
             return entry.value  # type: ignore[return-value]
         self.misses += 1
         value = await read()
-        self._items[key] = _Entry(stamp, now + self.ttl_seconds, value)
-        self._items.move_to_end(key)
-        while len(self._items) > self.entries:
-            self._items.popitem(last=False)
+        size = self.weigh(value)
+        if size > self.max_bytes:
+            return value  # larger than the whole cache: read each time
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.size -= old.size
+        self._items[key] = _Entry(stamp, now + self.ttl_seconds, value, size)
+        self.size += size
+        while self.size > self.max_bytes:
+            _, evicted = self._items.popitem(last=False)
+            self.size -= evicted.size
         return value

@@ -146,7 +146,7 @@ async def test_without_redis_nothing_is_trusted_and_nothing_fails() -> None:
     await generations.bump({("t", "u")})
     assert await generations.current("t", "u") is None
 
-    cache = ContextCache(generations, ttl_seconds=60, entries=8)
+    cache = ContextCache(generations, ttl_seconds=60, max_bytes=2**20)
     reads = 0
 
     async def read() -> int:
@@ -166,7 +166,7 @@ async def test_a_redis_that_lost_its_keys_or_a_failed_bump_trusts_no_old_entry(
     match entries stamped before, as a count starting again at 1 would; and a bump this
     process could not send ends its own entries."""
     generations = Generations(redis_client, Breaker(retry_seconds=0))
-    cache = ContextCache(generations, ttl_seconds=60, entries=8)
+    cache = ContextCache(generations, ttl_seconds=60, max_bytes=2**20)
     user = ("t-lost", uuid.uuid4().hex)
     reads = 0
 
