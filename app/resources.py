@@ -127,12 +127,11 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         stack.push_async_callback(signals.close)
         # Context's cached reads end when a commit here, or in another process, may have
         # changed them (app/services/context_cache.py): over Redis, or in the process when
-        # it is the only one (embedded). Processes that share a database without Redis
-        # could not tell each other: no cache.
+        # it is the only one, as with the embedded index (one process opens Qdrant Edge's
+        # shard; `Settings.refusal` stops a worker of its own). With a Qdrant server and
+        # no Redis, processes sharing the database could not tell each other: no cache.
         generations: Generations | None = None
-        if settings.redis_url is not None or (
-            settings.is_sqlite and settings.run_worker_in_process
-        ):
+        if settings.redis_url is not None or settings.qdrant_url is None:
             generations = Generations(redis if settings.redis_url is not None else None, breaker)
             db.after_commit(generations.bump)
 

@@ -191,3 +191,20 @@ async def test_a_redis_that_lost_its_keys_or_a_failed_bump_trusts_no_old_entry(
     await generations.redis.aclose()
     generations.redis = redis_client
     assert await cache.get(*user, before, read) != second  # not trusted here
+
+
+async def test_processes_that_could_not_tell_each_other_cache_nothing(
+    pg_database: str, start_app: Callable[..., Any], ids: Callable[[str], str]
+) -> None:
+    """A Qdrant server and no Redis: api processes and workers may share the database, and
+    no change mark would reach the others, so context reads SQL on every call."""
+    settings = full_settings(pg_database, redis_url=None, worker_in_process=True)
+    async with start_app(settings) as alone:
+        assert alone.state["services"].context.cache is None
+        user, session = ids("user"), ids("session")
+        await post_messages(alone, session, user, [turn("Hello there.")])
+        patched = await alone.client.patch(
+            f"/v1/users/{user}/profile", content=orjson.dumps({"a": 1}), headers=MERGE
+        )
+        assert patched.status_code == 200, patched.text
+        assert (await context(alone, session, user))["profile"]["attributes"] == {"a": 1}
