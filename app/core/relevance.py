@@ -26,7 +26,7 @@ read its missing shared terms as "no match".
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -182,9 +182,15 @@ def sigmoid_many(z: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-def coverage(query_terms: Collection[int], terms: Collection[int]) -> float:
-    """The share of the query's distinct terms among `terms` (0 for a query with none)."""
+def coverage(query_terms: Collection[int], terms: Iterable[int], also: Iterable[int] = ()) -> float:
+    """The share of the query's distinct terms among `terms` or `also` (0 for a query
+    with none). Each is only iterated, against the query's terms as a set: a memory's
+    terms are kept as compact arrays (`app.services.search.analysis`), and no set of
+    them is built per candidate."""
     if not query_terms:
         return 0.0
-    have = terms if isinstance(terms, set | frozenset) else set(terms)
-    return sum(1 for t in query_terms if t in have) / len(query_terms)
+    query = query_terms if isinstance(query_terms, set | frozenset) else frozenset(query_terms)
+    found = query.intersection(terms)
+    if also:
+        found |= query.intersection(also)
+    return len(found) / len(query)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from array import array
 from datetime import UTC, datetime
 
 import numpy as np
@@ -253,6 +254,22 @@ def test_coverage_is_the_share_of_distinct_query_terms() -> None:
     assert relevance.coverage({1, 2, 3, 4}, [2, 4, 9]) == 0.5
     assert relevance.coverage(set(), [1]) == 0.0
     assert relevance.coverage({1}, set()) == 0.0
+    assert relevance.coverage([1, 1, 2], [1]) == 0.5  # distinct query terms
+
+
+@given(
+    st.frozensets(st.integers(0, 40), max_size=12),
+    st.lists(st.integers(0, 40), max_size=30),
+    st.lists(st.integers(0, 40), max_size=30),
+)
+def test_coverage_of_two_term_lists_is_that_of_their_union(
+    query: frozenset[int], terms: list[int], also: list[int]
+) -> None:
+    """How scoring asks for a candidate's chunk and own terms at once, without a set."""
+    union = set(terms) | set(also)
+    expected = len(query & union) / len(query) if query else 0.0
+    assert relevance.coverage(query, terms, also) == expected
+    assert relevance.coverage(query, array("L", terms), array("L", also)) == expected
 
 
 def test_cross_language_is_chinese_against_english() -> None:

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import itertools
 import uuid
+from array import array
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from app.services.search import (
     Score,
     SearchSpec,
     _unit,
+    analysis,
     fused_pool,
     no_rewrite,
     run_stages,
@@ -500,3 +502,15 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
     ]
     out = asyncio.run(NewerFactsFirst(0.4)(spec(), bare))
     assert [c.hit.id.int for c in out] == expected
+
+
+def test_a_memorys_cached_terms_are_its_distinct_index_terms_packed() -> None:
+    """`analysis` keeps up to 100,000 texts: their terms as packed ids (~0.1 kB each),
+    not a frozenset of Python ints (~2.4 kB each, ~240 MiB for a 100k-memory user)."""
+    content = "Ana: I moved to Lisbon, Lisbon! 我搬到了里斯本"
+    own, index_terms, asking = analysis(content, "user", 3)
+    assert isinstance(own, array)
+    ids = {terms.term_id(t) for t in terms.tokenize(content)}
+    assert list(own) == sorted(ids)
+    assert index_terms == len(terms.tokenize("I moved to Lisbon, Lisbon! 我搬到了里斯本"))
+    assert not asking
