@@ -423,9 +423,10 @@ def analysis(content: str, role: str | None, asking_terms: int) -> tuple[array[i
     the index terms of its content, the number of index terms of its own text (without
     "speaker: "), and whether it is an assistant turn that only asks.
 
-    The terms are a packed array of distinct ids, not a frozenset: with 100,000 entries
-    kept, a frozenset of Python ints cost ~2.4 kB an entry (~50 MiB at 20k memories
-    recalled, ~240 MiB at 100k), the array ~0.1 kB; `relevance.coverage` scans it."""
+    The terms are a packed array of distinct ids, not a frozenset of Python ints: an
+    entry costs ~0.7 kB against ~2.4 kB, so the 100,000 kept take ~70 MiB, not ~240
+    (bench/README.md, "scoring's text cache"); `relevance.coverage` intersects the
+    query's term set with them."""
     text = MemoryPayload.text_of(content, role)
     own = array("L", sorted({terms.term_id(t) for t in terms.tokenize(content)}))
     return own, len(terms.tokenize(text)), ranking.asks_only(role, text, asking_terms)
