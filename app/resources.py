@@ -23,6 +23,7 @@ from app.core.tokens import TokenCounter
 from app.metrics import MeteredEmbedder, Metrics
 from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
 from app.providers.llm import LLM, OpenAICompatibleLLM
+from app.providers.piece_table import default_cache_dir
 from app.settings import Settings
 from app.stores.buffer import Breaker, Buffer
 from app.stores.db import Database, create_engine, migrate
@@ -83,6 +84,9 @@ def _embedder(settings: Settings) -> Embedder:
         bulk_threads=settings.embed_bulk_threads,
         query_batch_max=settings.embed_query_batch_max,
         query_wait_seconds=settings.embed_query_batch_wait_ms / 1000,
+        table_dir=(settings.model_cache_dir or default_cache_dir())
+        if settings.encoder_table == "file"
+        else None,
     )
 
 

@@ -251,6 +251,18 @@ class Settings(BaseSettings):
         "0: only for requests already runnable (queries that arrive while a call runs go "
         "together in the next one anyway)",
     )
+    encoder_table: Literal["file", "memory"] = Field(
+        default="file",
+        description="the bundled encoder's 63.5 MiB piece table: read row by row from a file "
+        "in `model_cache_dir` (the process holds none of it; the page cache keeps the rows in "
+        "use, shared by every process on the machine) or held in memory as the encoder loads "
+        "it; `file` falls back to memory where the directory is not writable",
+    )
+    model_cache_dir: Path | None = Field(
+        default=None,
+        description="where the encoder's table file is written once (checked against the "
+        "wheel at every start); unset: $XDG_CACHE_HOME/strata, else ~/.cache/strata",
+    )
 
     # LLM (optional): any OpenAI-compatible chat completions endpoint. Unset: heuristics only.
     llm_url: str | None = Field(

