@@ -185,7 +185,7 @@ def sigmoid_many(z: NDArray[np.float64]) -> NDArray[np.float64]:
 def coverage(query_terms: Collection[int], terms: Iterable[int], also: Iterable[int] = ()) -> float:
     """The share of the query's distinct terms among `terms` or `also` (0 for a query
     with none). Each is only iterated, against the query's terms as a set: a memory's
-    terms are kept as compact arrays (`app.services.search.analysis`), and no set of
+    terms are kept as compact arrays (`app.services.search.text_facts`), and no set of
     them is built per candidate."""
     if not query_terms:
         return 0.0

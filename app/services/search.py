@@ -8,18 +8,20 @@ docs/seams.md shows how to add a stage.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import cache, lru_cache
+from functools import cache
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from app.core import ranking, relevance, scoring, terms
+from app.core.memo import text_memo
 from app.core.rewrite import Rewrite, Turn
 from app.schemas.common import Source
 from app.schemas.recall import RecallResult, Scores
@@ -229,10 +231,10 @@ class Score:
         query_language, cross = ranking.language(spec.query), np.zeros(n, dtype=bool)
         for i, (hit, f) in enumerate(hits):
             p = hit.payload
-            cross[i] = ranking.cross_language(query_language, language_of(p.content, p.role))
-            own_terms, index_terms[i], asking[i] = analysis(
-                p.content, p.role, self.penalties.asking_terms
-            )
+            facts = text_facts(p.content, p.role)
+            cross[i] = ranking.cross_language(query_language, facts.language)
+            own_terms, index_terms[i] = facts.terms, facts.own_terms
+            asking[i] = facts.asks_only(self.penalties.asking_terms)
             if kind is not None:
                 lacks[i] = not names_of(p.content, p.role, kind)
             if period is not None and p.kind != "summary":  # a summary spans its period
@@ -408,7 +410,12 @@ def fused_pool(
     query_language = ranking.language(spec.query)
     by_id = {h.id: h for h in (*pool.lists.dense, *pool.lists.sparse)}
     dense = [
-        (h.id, fusion.dense_for(query_language, language_of(h.payload.content, h.payload.role)))
+        (
+            h.id,
+            fusion.dense_for(
+                query_language, text_facts(h.payload.content, h.payload.role).language
+            ),
+        )
         for h in pool.lists.dense
     ]
     fused = ranking.fuse(dense, [h.id for h in pool.lists.sparse], fusion)
@@ -416,32 +423,54 @@ def fused_pool(
     return [(by_id[key], score) for key, score in best]
 
 
-@lru_cache(maxsize=100_000)
-def analysis(content: str, role: str | None, asking_terms: int) -> tuple[array[int], int, bool]:
-    """What scoring needs of a memory's text, computed once per text (tokenizing is the
-    costliest step of scoring, and a user's memories come back again and again):
-    the index terms of its content, the number of index terms of its own text (without
-    "speaker: "), and whether it is an assistant turn that only asks.
+# What scoring keeps of the texts it has seen (app/core/memo.py): ~70,000 LoCoMo-length
+# turns, ~10,000 of LongMemEval's long assistant turns.
+TEXT_FACTS_BYTES = 64 << 20
+NAMES_BYTES = 16 << 20  # its texts are mostly `text_facts`' keys too (counted again, to be safe)
 
-    The terms are a packed array of distinct ids, not a frozenset of Python ints: an
-    entry costs ~0.7 kB against ~2.4 kB, so the 100,000 kept take ~70 MiB, not ~240
-    (bench/README.md, "scoring's text cache"); `relevance.coverage` intersects the
-    query's term set with them."""
+
+@dataclass(frozen=True, slots=True)
+class TextFacts:
+    """What scoring needs of a memory's text, none of it depending on the query or a setting.
+
+    `terms` are a packed array of distinct ids, not a frozenset of Python ints: ~0.7 kB an
+    entry against ~2.4 kB (bench/README.md, "scoring's text cache"); `relevance.coverage`
+    intersects the query's term set with them."""
+
+    terms: array[int]  # the index terms of the content ("speaker: text")
+    own_terms: int  # the index terms of its own text, without "speaker: "
+    question_terms: int | None  # an assistant turn ending in "?": its terms; else None
+    language: ranking.Language
+    states_change: bool
+
+    def asks_only(self, max_terms: int) -> bool:
+        """`ranking.asks_only`: an assistant turn that is a short question."""
+        return self.question_terms is not None and self.question_terms <= max_terms
+
+
+@text_memo(TEXT_FACTS_BYTES, entry_bytes=400, value_bytes=lambda f: sys.getsizeof(f.terms))
+def text_facts(content: str, role: str | None) -> TextFacts:
+    """A memory's `TextFacts`, once per text: tokenizing is the costliest step of scoring,
+    and a user's memories come back again and again. One memo for all of them (one lookup
+    a candidate), bounded by the bytes of its texts and arrays, not by a count: 100,000
+    entries of long turns held ~360 MiB."""
     text = MemoryPayload.text_of(content, role)
     own = array("L", sorted({terms.term_id(t) for t in terms.tokenize(content)}))
-    return own, len(terms.tokenize(text)), ranking.asks_only(role, text, asking_terms)
+    stripped = text.strip()
+    question = role == "assistant" and stripped.endswith(("?", "？"))
+    return TextFacts(
+        terms=own,
+        own_terms=len(terms.tokenize(text)),
+        question_terms=len(terms.tokenize(stripped)) if question else None,
+        language=ranking.language(text),
+        states_change=ranking.states_change(text),
+    )
 
 
-@lru_cache(maxsize=100_000)
+@text_memo(NAMES_BYTES)
 def names_of(content: str, role: str | None, kind: ranking.AnswerType) -> bool:
-    """`ranking.names` of a memory's own text, once per text and kind (like `analysis`)."""
+    """`ranking.names` of a memory's own text, once per text and kind (like `text_facts`)."""
     return ranking.names(MemoryPayload.text_of(content, role), kind)
-
-
-@lru_cache(maxsize=100_000)
-def language_of(content: str, role: str | None) -> ranking.Language:
-    """`ranking.language` of a memory's own text, once per text (like `analysis`)."""
-    return ranking.language(MemoryPayload.text_of(content, role))
 
 
 def _unit_interval(x: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -504,7 +533,7 @@ class NewerFactsFirst:
         items = [
             ranking.Statement(
                 created_at=c.hit.payload.created_at.timestamp(),
-                changes=changes_of(c.hit.payload.content, c.hit.payload.role),
+                changes=text_facts(c.hit.payload.content, c.hit.payload.role).states_change,
             )
             for c in candidates
         ]
@@ -522,7 +551,7 @@ class NewerFactsFirst:
 
 def states_change(payload: MemoryPayload) -> bool:
     """`VectorQuery.compare_turns` for change promotion: the hits it compares."""
-    return changes_of(payload.content, payload.role)
+    return text_facts(payload.content, payload.role).states_change
 
 
 def _turn_units(hits: Sequence[VectorHit]) -> Callable[[int], NDArray[np.float32] | None]:
@@ -535,12 +564,6 @@ def _turn_units(hits: Sequence[VectorHit]) -> Callable[[int], NDArray[np.float32
         return _unit(vectors.turn) if vectors is not None else None
 
     return unit
-
-
-@lru_cache(maxsize=100_000)
-def changes_of(content: str, role: str | None) -> bool:
-    """`ranking.states_change` of a memory's own text, once per text."""
-    return ranking.states_change(MemoryPayload.text_of(content, role))
 
 
 def _unit(v: Sequence[float] | NDArray[np.float32]) -> NDArray[np.float32] | None:

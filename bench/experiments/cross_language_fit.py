@@ -50,7 +50,7 @@ from bilingual import Question, ingest, load
 from retrieval import Encoder
 
 from app.core import ranking, relevance
-from app.services.search import analysis, names_of
+from app.services.search import names_of, text_facts
 from app.stores.vectors import MemoryPayload
 
 Vec = NDArray[np.float64]
@@ -173,11 +173,9 @@ async def main_async(args: argparse.Namespace) -> int:
     )
     cos_turn = np.asarray([float(vec[r["question"]] @ vec[r["content"]]) for r in rows])
     pen = ranking.Penalties()
-    shape = [
-        analysis(r["content"], r["content"].partition(": ")[0], pen.asking_terms) for r in rows
-    ]
-    short = np.asarray([float(n <= pen.short_terms) for _, n, _ in shape])
-    asks = np.asarray([float(a) for _, _, a in shape])
+    shape = [text_facts(r["content"], r["content"].partition(": ")[0]) for r in rows]
+    short = np.asarray([float(f.own_terms <= pen.short_terms) for f in shape])
+    asks = np.asarray([float(f.asks_only(pen.asking_terms)) for f in shape])
     kinds = [ranking.asks_for(r["question"]) for r in rows]
     lacks = np.asarray(
         [

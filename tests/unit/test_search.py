@@ -10,6 +10,7 @@ from array import array
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,10 +24,10 @@ from app.services.search import (
     Score,
     SearchSpec,
     _unit,
-    analysis,
     fused_pool,
     no_rewrite,
     run_stages,
+    text_facts,
     to_result,
 )
 from app.settings import Settings
@@ -505,12 +506,37 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
 
 
 def test_a_memorys_cached_terms_are_its_distinct_index_terms_packed() -> None:
-    """`analysis` keeps up to 100,000 texts: their terms as packed ids (~0.1 kB each),
-    not a frozenset of Python ints (~2.4 kB each, ~240 MiB for a 100k-memory user)."""
+    """`text_facts` keeps a text's terms as packed ids (~0.7 kB an entry), not a frozenset
+    of Python ints (~2.4 kB), and the rest of what scoring asks of it."""
     content = "Ana: I moved to Lisbon, Lisbon! 我搬到了里斯本"
-    own, index_terms, asking = analysis(content, "user", 3)
-    assert isinstance(own, array)
+    facts = text_facts(content, "user")
+    assert isinstance(facts.terms, array)
     ids = {terms.term_id(t) for t in terms.tokenize(content)}
-    assert list(own) == sorted(ids)
-    assert index_terms == len(terms.tokenize("I moved to Lisbon, Lisbon! 我搬到了里斯本"))
-    assert not asking
+    assert list(facts.terms) == sorted(ids)
+    own = "I moved to Lisbon, Lisbon! 我搬到了里斯本"
+    assert facts.own_terms == len(terms.tokenize(own))
+    assert facts.language == ranking.language(own)
+    assert facts.states_change == ranking.states_change(own)
+    assert not facts.asks_only(3)
+
+
+@pytest.mark.parametrize(
+    ("content", "role"),
+    [
+        ("assistant: Where did you move?", "assistant"),
+        ("assistant: Where did you move to after the long summer in Porto?", "assistant"),
+        ("assistant: 你搬到哪里了？", "assistant"),
+        ("user: Where did you move?", "user"),
+        ("assistant:   Really?  ", "assistant"),
+        ("assistant: I changed my booking to Friday instead.", "assistant"),
+        ("Ana: 我不再住在北京了", "user"),
+    ],
+)
+def test_text_facts_agree_with_the_ranking_rules(content: str, role: str) -> None:
+    """One memo in place of three: each fact is the rule's own answer on the memory's text."""
+    facts = text_facts(content, role)
+    own = content.partition(": ")[2]
+    for max_terms in (1, 3, 4, 8):
+        assert facts.asks_only(max_terms) == ranking.asks_only(role, own, max_terms)
+    assert facts.language == ranking.language(own)
+    assert facts.states_change == ranking.states_change(own)
