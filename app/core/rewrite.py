@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
+from app.core.memo import text_memo
 from app.core.terms import CHINESE_STOPWORDS, ENGLISH_STOPWORDS
 
 # Personal pronouns a name can stand in for; the rest of the anaphora only expand.
@@ -116,9 +117,11 @@ def load_tagger() -> None:
     _pos_tagger()
 
 
-def _pos_cut(text: str) -> list[tuple[str, str]]:
-    """(word, part-of-speech tag) of a Chinese text."""
-    return [(pair.word, pair.flag) for pair in _pos_tagger().cut(text)]
+@text_memo(4 << 20, value_bytes=lambda pairs: 150 * len(pairs))
+def _pos_cut(text: str) -> tuple[tuple[str, str], ...]:
+    """(word, part-of-speech tag) of a Chinese text, once per text: a rewrite asks it of the
+    same recent turns for every term it weighs, and context asks again at the next turn."""
+    return tuple((pair.word, pair.flag) for pair in _pos_tagger().cut(text))
 
 
 def _english_words(text: str) -> list[str]:

@@ -187,3 +187,31 @@ def test_the_tagger_is_frozen_out_of_the_collectors_reach_once_loaded(freeze: bo
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_tagger_cuts_each_turn_once_however_often_the_rewrite_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rewrite weighs every term of the recent turns against every turn (`_person_like`),
+    and context rewrites again at the next turn: each text is tagged once, the answer kept."""
+    from app.core import rewrite
+
+    tagger = rewrite._pos_tagger()
+    cut_texts: list[str] = []
+    real_cut = tagger.cut
+
+    def counting_cut(text: str) -> object:
+        cut_texts.append(text)
+        return real_cut(text)
+
+    monkeypatch.setattr(tagger, "cut", counting_cut)
+    rewrite._pos_cut.clear()
+    turns = [
+        Turn("user", "我姐姐小雨和她的朋友王芳下周来北京。"),
+        Turn("assistant", "太好了！小雨和王芳住在哪里？"),
+    ]
+    first = heuristic_rewrite("她们喜欢什么？", turns)
+    again = heuristic_rewrite("她们喜欢什么？", turns)
+    assert first == again
+    assert first.changed
+    assert sorted(cut_texts) == sorted({t.content for t in turns})
