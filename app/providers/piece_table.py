@@ -33,10 +33,17 @@ log = logging.getLogger("strata.embeddings")
 _CHECK_ROWS = 8192
 
 
-def default_cache_dir() -> Path:
+def default_cache_dir() -> Path | None:
     """`$XDG_CACHE_HOME/strata`, else `~/.cache/strata`: one per machine user, shared by
-    every data directory (the file depends on the wheel alone)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    every data directory (the file depends on the wheel alone). None when the process has
+    no home to find (no `HOME` and no password entry): the table then stays in memory."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:
+            log.warning("no home directory: the encoder's table stays in memory")
+            return None
     return Path(base) / "strata"
 
 
