@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any, Literal
 
 from app.core.memo import text_memo
-from app.core.terms import CHINESE_STOPWORDS, ENGLISH_STOPWORDS
+from app.core.terms import CHINESE_STOPWORDS, ENGLISH_STOPWORDS, segmenter
 
 # Personal pronouns a name can stand in for; the rest of the anaphora only expand.
 _EN_PERSONAL = frozenset({"he", "him", "his", "she", "her", "hers", "they", "them", "their"})
@@ -98,10 +98,15 @@ def _pos_tagger() -> Any:
     """jieba's part-of-speech tagger, imported at its first use: its HMM tables take ~52 MB
     (bench/README.md, "Memory at start"), which a service that never rewrites a Chinese
     follow-up need not hold. The first such request waits for the import once (a few
-    hundred ms on a 2-core machine); the service runs it in a thread (`load_tagger`)."""
+    hundred ms on a 2-core machine); the service runs it in a thread (`load_tagger`).
+
+    The module's tagger is pointed at the process's segmenter (`terms.segmenter()`): left on
+    jieba's default it would load jieba's full dictionary (~60 MiB) beside the compact one,
+    for the same words."""
     import jieba.posseg
 
-    return jieba.posseg
+    jieba.posseg.dt.tokenizer = segmenter()
+    return jieba.posseg.dt
 
 
 def tagger_missing_for(query: str, turns: Sequence[Turn]) -> bool:

@@ -1,9 +1,12 @@
 """Sparse term weights (BM25-style) for Chinese and English text.
 
-Chinese runs are segmented with jieba (search-engine mode); other text is lowercased, split into word
+Chinese runs are segmented with jieba (search-engine mode, over the compact dictionary of
+`app.core.segmenter`); other text is lowercased, split into word
 characters, stripped of stopwords and Snowball-stemmed (+0.02–0.03 R@10 on LoCoMo). A document
 vector holds BM25's saturated term frequency; a query vector holds 1.0 per distinct term;
-Qdrant multiplies in the IDF (`Modifier.IDF`), so corpus statistics are never kept here.
+the index weighs a query's terms by their IDF (the embedded index among the user's memories,
+`TermCounts` in `app/stores/qdrant_edge.py`; a Qdrant server by its IDF modifier), so
+corpus statistics are never kept here.
 Term ids are CRC32 hashes, stable across processes and releases.
 
 A document may carry context (the turns before it): its terms count with a lower weight,
@@ -23,7 +26,12 @@ from functools import lru_cache
 import jieba
 import Stemmer
 
+from app.core.segmenter import CompactTokenizer
+
 jieba.setLogLevel(logging.WARNING)
+
+# The one segmenter of the process (the part-of-speech tagger reuses it: `segmenter()`).
+_JIEBA = CompactTokenizer()
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +301,7 @@ _stemmer = Stemmer.Stemmer("english")
 def _segment(run: str) -> tuple[str, ...]:
     # Search-engine mode also yields the words inside compounds (北京烤鸭 → 北京, 烤鸭,
     # 北京烤鸭), so a query for a part finds the whole and the other way round.
-    return tuple(w for w in jieba.lcut_for_search(run) if w.strip() and w not in CHINESE_STOPWORDS)
+    return tuple(w for w in _JIEBA.lcut_for_search(run) if w.strip() and w not in CHINESE_STOPWORDS)
 
 
 def tokenize(text: str) -> list[str]:
@@ -337,6 +345,13 @@ def query_vector(text: str) -> SparseVec:
     return SparseVec(ids, [1.0] * len(ids))
 
 
+def segmenter() -> CompactTokenizer:
+    """The process's Chinese segmenter, for jieba's part-of-speech tagger to cut with (its
+    own default would load jieba's full dictionary beside this one)."""
+    return _JIEBA
+
+
 def warm_up() -> None:
-    """Load jieba's dictionary now (about a second) rather than on the first request."""
-    jieba.initialize()
+    """Load the Chinese dictionary now (about half a second) rather than on the first
+    request."""
+    _JIEBA.initialize()
