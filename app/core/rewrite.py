@@ -95,18 +95,23 @@ class Rewrite:
 
 @cache
 def _pos_tagger() -> Any:
-    """jieba's part-of-speech tagger, imported at its first use: its HMM tables take ~52 MB
-    (bench/README.md, "Memory at start"), which a service that never rewrites a Chinese
-    follow-up need not hold. The first such request waits for the import once (a few
-    hundred ms on a 2-core machine); the service runs it in a thread (`load_tagger`).
+    """jieba's part-of-speech tagger, imported at its first use: the import reads ~45 MiB of
+    tables (bench/README.md, "Memory at start"), ~3 MiB of which stay (below), and a service
+    that never rewrites a Chinese follow-up need hold none. The first such request waits for
+    the import once (a few hundred ms on a 2-core machine); the service runs it in a thread
+    (`load_tagger`).
 
     The module's tagger is pointed at the process's segmenter (`terms.segmenter()`): left on
     jieba's default it would load jieba's full dictionary (~60 MiB) beside the compact one,
-    for the same words."""
+    for the same words. Its tag table, a dict of every word that the import has just read
+    (~40 MiB), gives way to the segmenter's (a byte a word): the same tags, and the caller
+    trims the heap it leaves (`services/rewrite.py`)."""
     import jieba.posseg
 
-    jieba.posseg.dt.tokenizer = segmenter()
-    return jieba.posseg.dt
+    tagger = jieba.posseg.dt
+    tagger.tokenizer = segmenter()
+    tagger.word_tag_tab = tagger.tokenizer.word_tags()
+    return tagger
 
 
 def tagger_missing_for(query: str, turns: Sequence[Turn]) -> bool:

@@ -51,6 +51,30 @@ class WordCounts:
         return len(self._trie)
 
 
+class WordTags:
+    """jieba's `word_tag_tab` as its tagger reads it (`get(word, "x")`): one byte a word,
+    indexed by the word's id in the trie."""
+
+    __slots__ = ("_names", "_tagged", "_trie")
+
+    def __init__(self, trie: marisa_trie.Trie, tagged: bytes, names: list[str]) -> None:
+        self._trie = trie
+        self._tagged = tagged
+        self._names = names
+
+    def get(self, word: str, default: str | None = None) -> str | None:
+        i: int | None = self._trie.get(word)
+        if i is None or not self._tagged[i]:
+            return default
+        return self._names[self._tagged[i] - 1]
+
+    def __len__(self) -> int:
+        return sum(1 for t in self._tagged if t)
+
+    def update(self, _: object) -> None:  # jieba's user words: none (`CompactTokenizer`)
+        raise NotImplementedError("the compact segmenter's dictionary cannot change")
+
+
 class CompactTokenizer(jieba.Tokenizer):  # type: ignore[misc]  # jieba is untyped
     """jieba's default dictionary in a trie; `initialize` builds it (~0.6 s) once."""
 
@@ -65,25 +89,42 @@ class CompactTokenizer(jieba.Tokenizer):  # type: ignore[misc]  # jieba is untyp
             if self.initialized:
                 return
             counts: dict[str, int] = {}
+            tags: dict[str, str] = {}
             total = 0
-            with self.get_dict_file() as f:  # jieba's format: "word count [tag]" a line
+            with self.get_dict_file() as f:  # jieba's format: "word count tag" a line
                 for line in f:
-                    word, count = line.strip().decode("utf-8").split(" ")[:2]
-                    counts[word] = int(count)  # a repeated word: the last count, as jieba
+                    word, count, *tag = line.strip().decode("utf-8").split(" ")
+                    counts[word] = int(count)  # a repeated word: the last entry, as jieba
                     total += int(count)
+                    if tag:
+                        tags[word] = tag[0]
             words = [w for w, c in counts.items() if c > 0]
             trie = marisa_trie.Trie(words)
             kept = array.array("I", bytes(4 * len(trie)))
             logs = array.array("d", bytes(8 * len(trie)))
+            names = sorted(set(tags.values()))  # 55 in jieba 0.42's dictionary
+            if len(names) > 255:
+                raise ValueError(f"{len(names)} part-of-speech tags do not fit in a byte")
+            code = {name: k + 1 for k, name in enumerate(names)}  # 0: no tag
+            tagged = bytearray(len(trie))
             for word in words:
                 i = trie.key_id(word)
                 kept[i] = counts[word]
                 logs[i] = math.log(counts[word])
+                if word in tags:
+                    tagged[i] = code[tags[word]]
             self._trie, self._logs = trie, logs
+            self._tags = WordTags(trie, bytes(tagged), names)
             self._longest = max(map(len, words))
             self.FREQ = WordCounts(trie, kept)
             self.total = total
             self.initialized = True
+
+    def word_tags(self) -> WordTags:
+        """The part-of-speech tag of each dictionary word, as jieba's tagger reads its own
+        `word_tag_tab` (a dict of every word, ~40 MiB): `rewrite._pos_tagger` gives it this."""
+        self.check_initialized()
+        return self._tags
 
     def get_DAG(self, sentence: str) -> dict[int, list[int]]:  # noqa: N802 - jieba's name
         """For each position, the last index of every dictionary word that starts there (or

@@ -58,10 +58,10 @@ class RewriteService:
     ) -> None:
         self.ingest = ingest
         self.llm = llm
-        # The tagger's dictionaries (~50 MiB) out of the collector's reach once loaded, as
-        # start-up's are (`STRATA_GC_FREEZE`, app/memory.py).
+        # The tagger's tables out of the collector's reach once loaded, as start-up's are
+        # (`STRATA_GC_FREEZE`, app/memory.py).
         self.freeze_after_load = freeze_after_load
-        self._frozen = False
+        self._tagger_settled = False
 
     async def rewrite(self, tenant_id: str, body: RewriteRequest) -> RewriteResponse:
         # Reading the turns checks the session belongs to the user (404 otherwise).
@@ -96,9 +96,13 @@ class RewriteService:
             return Rewrite(query, query, False, "none")
         if tagger_missing_for(query, turns):
             await asyncio.to_thread(load_tagger)  # its first import, off the event loop
-            if self.freeze_after_load and not self._frozen:
-                self._frozen = True  # once: concurrent first requests all load it
-                memory.freeze_long_lived(collect=False)
+            if not self._tagger_settled:
+                self._tagger_settled = True  # once: concurrent first requests all load it
+                if self.freeze_after_load:
+                    memory.freeze_long_lived(collect=False)
+                # The import's own tag table (~40 MiB, replaced by the segmenter's) is free
+                # heap now: given back (the call releases the GIL).
+                await asyncio.to_thread(memory.trim)
         if self.llm is not None:
             try:
                 result = await self.llm.complete_json(

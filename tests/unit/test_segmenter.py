@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core import rewrite
 from app.core.segmenter import CompactTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ def test_search_mode_and_accurate_mode_cut_as_jieba_does() -> None:
 
 @cache
 def _words() -> list[str]:
-    return [w for w in jieba.posseg.dt.word_tag_tab if len(w) > 1][:50_000]
+    return sorted(w for w, n in reference().FREQ.items() if n > 0 and len(w) > 1)[::6]
 
 
 @settings(max_examples=150)
@@ -104,13 +105,19 @@ def test_runs_of_dictionary_words_and_their_pieces_cut_as_jieba_does(data: st.Da
     assert compact().lcut_for_search(text) == reference().lcut_for_search(text)
 
 
-def test_the_part_of_speech_tagger_tags_as_over_jiebas_dictionary() -> None:
+def test_the_service_tagger_tags_as_jiebas_own_over_its_dictionary() -> None:
     theirs = jieba.posseg.POSTokenizer(reference())
-    ours = jieba.posseg.POSTokenizer(compact())
+    ours = rewrite._pos_tagger()
+    assert isinstance(ours.tokenizer, CompactTokenizer)
     for text in SENTENCES + _corpus()[-3:]:
         assert [(p.word, p.flag) for p in ours.cut(text)] == [
             (p.word, p.flag) for p in theirs.cut(text)
         ], text
+    tags = compact().word_tags()
+    for word, tag in theirs.word_tag_tab.items():  # every word of the dictionary
+        assert tags.get(word, "x") == tag, word
+    assert len(tags) == len(theirs.word_tag_tab)
+    assert tags.get("鸭烤京北", "x") == "x"
 
 
 def test_counts_read_as_jiebas_freq_for_every_word_and_no_other_text() -> None:
