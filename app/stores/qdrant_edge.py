@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app import memory
 from app.errors import VectorStoreUnavailable
 from app.stores.term_counts import TermCounts, UserKey
 from app.stores.vectors import (
@@ -162,6 +163,7 @@ class QdrantEdgeIndex:
         with self._lock:
             self._recount_terms()
         self._unbuilt = max(0, self._points - self._built_points())
+        memory.trim()  # what loading the shard allocated and freed (`_load_trimmed`)
 
     def _create_or_load(self, qe: Any) -> None:
         if (self.path / "edge_config.json").exists() or any(self.path.glob("segments*")):
@@ -691,7 +693,7 @@ class QdrantEdgeIndex:
             )
             if await self._child.wait() != 0:
                 raise RuntimeError(f"index build exited with {self._child.returncode}")
-            built = await asyncio.to_thread(qe.EdgeShard.load, str(target))
+            built = await asyncio.to_thread(_load_trimmed, target)
 
             def swap() -> Any:
                 # Most of the journal is replayed without the lock; the rest under it.
@@ -717,6 +719,7 @@ class QdrantEdgeIndex:
 
             old, old_path = await asyncio.to_thread(swap)
             await asyncio.to_thread(old.close)
+            await asyncio.to_thread(memory.trim)
             await asyncio.to_thread(shutil.rmtree, old_path, True)
             self.builds += 1
             log.info(
@@ -840,6 +843,17 @@ def _load_with_layout(qe: Any, path: Path, dim: int) -> Any:
         except Exception as exc:  # a layout its segments cannot take: the next, or as it is
             log.warning("shard %s keeps its stored layout (%s)", path, exc)
     return qe.EdgeShard.load(str(path))
+
+
+def _load_trimmed(path: Path) -> Any:
+    """Load a shard and give back the heap the load freed: replaying a shard's write-ahead
+    log allocates ~33 MiB a dense vector (two here) and frees it, and glibc kept it all
+    (bench/README.md, "The heap a shard's load leaves"). `malloc_trim` releases the GIL."""
+    import qdrant_edge as qe
+
+    shard = qe.EdgeShard.load(str(path))
+    memory.trim()
+    return shard
 
 
 def _as_uuid(value: Any) -> uuid.UUID:
