@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -294,8 +295,23 @@ class _Transaction:
         finally:
             if committing and touched:
                 await self._announce(touched)
+            if exc is not None and not isinstance(exc, Exception):
+                _let_go(_tb)  # a cancellation
         if isinstance(exc, Exception) and (unavailable := _outage(exc)) is not None:
             raise unavailable from exc
+
+
+def _let_go(tb: TracebackType | None) -> None:
+    """After a transaction cancelled mid-statement: drop what the traceback's finished
+    frames hold. They hold the driver's cursor, its statement unfinished; SQLAlchemy closes
+    the connection, and SQLite keeps a connection closed with a statement unfinished open,
+    its transaction and locks with it, until the statement is freed, and the cancelled task
+    keeps the traceback as long as the task is kept (a flusher, a job's future). After one
+    cancelled write every later write of the process waited out the busy time-out (30 s)
+    and failed (tests/integration/test_db_cancel.py); a read kept so would hold back the
+    WAL's checkpoints. The frames still running are left alone."""
+    if tb is not None:
+        traceback.clear_frames(tb)
 
 
 def _outage(exc: BaseException) -> DatabaseUnavailable | None:
