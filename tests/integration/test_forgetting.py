@@ -441,3 +441,39 @@ async def test_the_sweep_pages_through_every_memory_once_in_key_order(
     assert {str(m) for _, m in everyone} >= mine
     seen, known = set(everyone), set(ordered)
     assert [k for k in ordered if k in seen] == [k for k in everyone if k in known]
+
+
+async def test_a_flush_of_more_memories_than_a_statement_takes_counts_each_once(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """A busy second's recalls reinforce thousands of memories in one flush, written a
+    slice of `_LOOP_ROWS` rows a statement (app/stores/memories.py): every memory once,
+    none lost or doubled at a slice's edge."""
+    from app.stores.memories import _LOOP_ROWS
+
+    user = ids("user")
+    many = 2 * _LOOP_ROWS + 44
+    mine = [
+        await remember(running, user, f"Fact {i}: the garden's row {i} has tulips.")
+        for i in range(many)
+    ]
+    services = running.state["services"]
+    services.recall.reinforce_later(
+        running.resources.settings.default_tenant, user, [uuid.UUID(m) for m in mine]
+    )
+    await settle(running)
+    async with running.resources.db.read() as tx:
+        counts = (
+            (await tx.execute(sa.select(Memory.access_count).where(Memory.user_id == user)))
+            .scalars()
+            .all()
+        )
+        events = (
+            await tx.execute(
+                sa.select(sa.func.count())
+                .select_from(MemoryEvent)
+                .where(MemoryEvent.user_id == user, MemoryEvent.event == "reinforced")
+            )
+        ).scalar_one()
+    assert sorted(counts) == [1] * many
+    assert events == many
