@@ -5,9 +5,11 @@ Policy (measured on LoCoMo, see bench/README.md): one memory per turn. Its `cont
 gets *indexed* also carries the turns just before it in the session, because a reply ("yes,
 last Tuesday") is found by what it answers: the dense vector blends in the embedding of
 the previous `dense_context` turns, the sparse vector their terms, both at a lower weight.
-Each turn is embedded once, alone, and reused as context by the turns after it. Only
-earlier turns are used, so a memory never changes when later messages arrive and ids stay
-deterministic across batch boundaries.
+It also carries the turn just after it (`Chunk.after`), at a lower weight still, because
+the reply often names what a turn was about ("Wow, your own car shop!"). Each turn is
+embedded once, alone, and reused as context by its neighbours. A turn's content, sources
+and id never change when later messages arrive; only its index entry does, once, when the
+turn after it is promoted (promotion rebuilds that predecessor's point).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Chunk:
     created_at: datetime
     importance: float
     role: str = "user"  # the speaker's role; `content` is "speaker: text"
+    after: str | None = None  # the next turn's line, once it is in the log
 
 
 def memory_id(tenant_id: str, session_id: str, incarnation: str, seq: int) -> uuid.UUID:
@@ -83,13 +86,15 @@ def chunk_turns(
     *,
     dense_context: int,
     sparse_context: int,
+    following: Sequence[LogMessage] = (),
 ) -> list[Chunk]:
-    """Chunks for `new` messages; `context` holds the turns just before them (may be empty)."""
+    """Chunks for `new` messages; `context` holds the turns just before them and
+    `following` those just after them that are already in the log (either may be empty)."""
     history = [m for m in context if m.role in INDEXED_ROLES]
+    turns = [m for m in new if m.role in INDEXED_ROLES]
+    nexts = [*turns[1:], *(m for m in following if m.role in INDEXED_ROLES)]
     chunks: list[Chunk] = []
-    for message in new:
-        if message.role not in INDEXED_ROLES:
-            continue
+    for message, after in zip(turns, [*nexts, None], strict=False):
         dense_before = history[-dense_context:] if dense_context else []
         sparse_before = history[-sparse_context:] if sparse_context else []
         chunks.append(
@@ -102,6 +107,7 @@ def chunk_turns(
                 created_at=message.created_at,
                 importance=heuristic_importance(message.content),
                 role=message.role,
+                after=after.line if after is not None else None,
             )
         )
         history.append(message)

@@ -323,12 +323,20 @@ def term_id(term: str) -> int:
 
 
 def document_vector(
-    text: str, context: Sequence[str] = (), context_weight: float = 0.5
+    text: str,
+    context: Sequence[str] = (),
+    context_weight: float = 0.5,
+    after: Sequence[str] = (),
+    after_weight: float = 0.0,
 ) -> SparseVec:
-    """BM25 term-frequency weights of `text`, plus its `context` at `context_weight`."""
+    """BM25 term-frequency weights of `text`, plus its `context` (the turns before it) at
+    `context_weight` and `after` (the turn after it) at `after_weight`."""
     tf: dict[int, float] = defaultdict(float)
     length = 0.0
-    for part, weight in [(text, 1.0), *((c, context_weight) for c in context)]:
+    parts = [(text, 1.0), *((c, context_weight) for c in context)]
+    if after_weight > 0:
+        parts += [(a, after_weight) for a in after]
+    for part, weight in parts:
         terms = tokenize(part)
         length += weight * len(terms)
         for t in terms:

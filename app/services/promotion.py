@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from app.core import terms
 from app.core.audit import AuditEvent
 from app.core.backoff import backoff_seconds
-from app.core.chunking import Chunk, LogMessage, chunk_turns, embedding_windows
+from app.core.chunking import INDEXED_ROLES, Chunk, LogMessage, chunk_turns, memory_id
 from app.core.clock import Clock, utc_now
 from app.core.dedupe import (
     ExistingMemory,
@@ -40,15 +35,23 @@ from app.core.dedupe import (
     content_hash,
     plan_batch,
 )
-from app.errors import EmbeddingRejected
 from app.providers.embeddings import Embedder
 from app.services.facts import enqueue_extraction
+from app.services.indexing import (
+    LineCache,
+    chunk_point,
+    context_lookahead,
+    context_lookback,
+    embed_chunks,
+    log_message,
+)
+from app.services.reindex import PointPlan, Reindexer
 from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
-from app.stores.models import Message
+from app.stores.models import Memory
 from app.stores.sessions import Claim
 from app.stores.signals import Signals
 from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorPoint
@@ -68,6 +71,13 @@ class _Slice:
     upto: int  # the watermark it ends at
     count: int  # new messages in it
     extract: bool  # queue fact extraction with it
+    # The point of the turn just before the slice, promoted without its next turn (the
+    # slice's first), rebuilt with it and written with the slice (`Chunk.after`).
+    before: PointPlan | None = None
+
+    @property
+    def to_embed(self) -> list[Chunk]:
+        return [*self.chunks, self.before.chunk] if self.before is not None else self.chunks
 
 
 class Promoter:
@@ -94,6 +104,7 @@ class Promoter:
         # The vectors of the lines embedded lately: a slice's context turns were the last
         # slice's new ones, and a long turn costs tenths of a second to embed again.
         self.recent_lines = LineCache(512)
+        self.reindexer = Reindexer(db, vectors, embedder, settings, self.recent_lines)
         # Whether the last pass left messages behind (a slice's bound, or more sessions than
         # one pass claims): the worker then goes on at once, never pausing to gather.
         self.left_backlog = False
@@ -155,13 +166,13 @@ class Promoter:
                     cut = cut or piece.upto < claim.last_seq  # a slice's bound left some
             embedded: dict[uuid.UUID, tuple[list[float], list[float] | None]] = {}
             try:
-                embedded = await self._embed_all([c for p in slices.values() for c in p.chunks])
+                embedded = await self._embed_all([c for p in slices.values() for c in p.to_embed])
             except Exception:
                 # Perhaps one session's text is what fails (a provider refusing it, a bad
                 # row): each on its own, so only that one backs off.
                 for n, piece in list(slices.items()):
                     try:
-                        embedded.update(await self._embed_all(piece.chunks))
+                        embedded.update(await self._embed_all(piece.to_embed))
                     except Exception:
                         failed(n)
             for n, claim in enumerate(claims):
@@ -210,7 +221,7 @@ class Promoter:
         piece = await self._slice(claim)
         if piece is None:
             return 0
-        done = await self._promote_slice(claim, piece, await self._embed_all(piece.chunks))
+        done = await self._promote_slice(claim, piece, await self._embed_all(piece.to_embed))
         return done or 0
 
     async def _slice(self, claim: Claim) -> _Slice | None:
@@ -220,16 +231,23 @@ class Promoter:
             return None
         upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
         lookback = context_lookback(self.settings)
+        ahead = context_lookahead(self.settings)
         async with self.db.read() as tx:
             rows = await message_store.seq_range(
                 tx,
                 claim.tenant_id,
                 claim.session_id,
-                after_seq=max(0, cursor - lookback),
+                # With the next turn on, the turn before the slice is re-planned: its own
+                # context too.
+                after_seq=max(0, cursor - (2 * lookback + 1 if ahead else lookback)),
                 upto_seq=upto,
             )
-        log_messages = [log_message(r) for r in rows]
-        context = [m for m in log_messages if m.seq <= cursor]
+            log_messages = [log_message(r) for r in rows]
+            deleted: set[int] = set()
+            before = None
+            if ahead and any(m.seq > cursor and m.role in INDEXED_ROLES for m in log_messages):
+                deleted, before = await self._turn_before(tx, claim, log_messages, cursor)
+        context = [m for m in log_messages if m.seq <= cursor and m.seq not in deleted]
         pending = [m for m in log_messages if m.seq > cursor]
         new = slice_by_chars(pending, self.settings.worker_slice_chars)
         # The whole range when it all fits (stepping over any gap in the log), else up to
@@ -244,7 +262,28 @@ class Promoter:
             sparse_context=self.settings.sparse_context_turns,
         )
         extract = self.extract_facts and any(m.role == "user" for m in new)
-        return _Slice(chunks, cursor, new_upto, len(new), extract)
+        return _Slice(chunks, cursor, new_upto, len(new), extract, before if chunks else None)
+
+    async def _turn_before(
+        self, tx: AsyncSession, claim: Claim, messages: list[LogMessage], cursor: int
+    ) -> tuple[set[int], PointPlan | None]:
+        """Of the promoted turns read (seq ≤ `cursor`): those whose memory was deleted (no
+        one's context any more, as a reindex leaves them out), and the plan of the last
+        live one's point rebuilt with its next turn, the slice's first. None when that turn
+        has no memory of its own (merged into another) or a caller rewrote it (its entry is
+        its content alone)."""
+        key = (claim.tenant_id, claim.session_id)
+        done = [m for m in messages if m.seq <= cursor and m.role in INDEXED_ROLES]
+        ids = {memory_id(*key, claim.incarnation, m.seq): m.seq for m in done}
+        found = await memory_store.get_many(tx, claim.tenant_id, list(ids), user_id=claim.user_id)
+        rows = {ids[r.id]: r for r in found}
+        deleted = {seq for seq, r in rows.items() if r.deleted_at is not None}
+        last = next((m for m in reversed(done) if m.seq not in deleted), None)
+        if last is None or last.seq not in rows:
+            return deleted, None
+        logs = {key: {m.seq: m for m in messages if m.seq not in deleted}}
+        plan = self.reindexer.plan_one(rows[last.seq], logs, {key: claim.incarnation})
+        return deleted, plan if plan.role is not None else None
 
     async def _promote_slice(
         self,
@@ -258,8 +297,19 @@ class Promoter:
         kept = [c for c in piece.chunks if c.id in embedded]
         vectors = [embedded[c.id][0] for c in kept]
         turns = {c.id: t for c in kept if (t := embedded[c.id][1]) is not None}
+        before = None
+        if piece.before is not None and piece.before.chunk.id in embedded:
+            vector, turn = embedded[piece.before.chunk.id]
+            before = _Before(piece.before, vector, turn)
         written = await self._write(
-            claim, kept, vectors, turns, piece.cursor, piece.upto, extract=piece.extract
+            claim,
+            kept,
+            vectors,
+            turns,
+            piece.cursor,
+            piece.upto,
+            extract=piece.extract,
+            before=before,
         )
         if not written:
             log.info("lease on %s lost; another worker goes on", claim.session_id)
@@ -273,7 +323,11 @@ class Promoter:
     ) -> dict[uuid.UUID, tuple[list[float], list[float] | None]]:
         """Each chunk's indexed vector and its turn's own vector, by chunk id."""
         kept, vectors, turns = await embed_chunks(
-            self.embedder, chunks, self.settings.dense_context_weight, self.recent_lines
+            self.embedder,
+            chunks,
+            self.settings.dense_context_weight,
+            self.recent_lines,
+            self.settings.dense_next_weight,
         )
         return {c.id: (v, turns.get(c.id)) for c, v in zip(kept, vectors, strict=True)}
 
@@ -287,6 +341,7 @@ class Promoter:
         to_seq: int,
         *,
         extract: bool,
+        before: _Before | None = None,
     ) -> bool:
         """Read what exists, plan (pure), then write: the points, then one transaction.
 
@@ -295,17 +350,23 @@ class Promoter:
         """
         done, same_text = await self._existing(claim, chunks)
         plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
+
+        def build() -> list[VectorPoint]:
+            points = [self._point(claim, m, turns.get(m.chunk.id)) for m in plan.fresh]
+            if before is not None:
+                points.append(self._before_point(before))
+            return points
+
         # Term vectors of long texts take tens of milliseconds each: off the event loop,
         # which the api shares with an in-process worker.
-        points = await asyncio.to_thread(
-            lambda: [self._point(claim, m, turns.get(m.chunk.id)) for m in plan.fresh]
-        )
+        points = await asyncio.to_thread(build)
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
+        row = before.plan.row if before is not None else None
         try:
             async with self.db.transaction() as tx:
-                await self._commit(tx, claim, plan, from_seq, to_seq)
+                unchanged = await self._commit(tx, claim, plan, from_seq, to_seq, row)
                 if extract:
                     await enqueue_extraction(
                         tx, claim, from_seq, to_seq, max_attempts=self.settings.job_max_attempts
@@ -318,7 +379,33 @@ class Promoter:
             with contextlib.suppress(Exception):
                 await self._forget_points_of_gone_session(claim, [p.id for p in points])
             raise
+        if row is not None and not unchanged:
+            await self._rebuild_changed(row)
         return True
+
+    def _before_point(self, before: _Before) -> VectorPoint:
+        plan = before.plan
+        return chunk_point(
+            plan.row.id,
+            plan.chunk,
+            before.vector,
+            before.turn,
+            MemoryPayload.from_row(plan.row, role=plan.role),
+            self.settings.sparse_context_weight,
+            self.settings.sparse_next_weight,
+        )
+
+    async def _rebuild_changed(self, row: Memory) -> None:
+        """The turn before the slice was deleted, rewritten or reinforced between our read
+        and the commit: the point written from the old row is rebuilt from the row as it is
+        now (or removed), as a reindex would."""
+        async with self.db.read() as tx:
+            found = await memory_store.get_many(tx, row.tenant_id, [row.id])
+        now = found[0] if found else None
+        if now is None or now.deleted_at is not None:
+            await self.vectors.delete([row.id])
+        else:
+            await self.reindexer.rebuild_rows([now])
 
     async def _existing(
         self, claim: Claim, chunks: list[Chunk]
@@ -336,10 +423,17 @@ class Promoter:
         return done, {h: ExistingMemory(mid, stored.get(mid)) for h, mid in same_text.items()}
 
     async def _commit(
-        self, tx: AsyncSession, claim: Claim, plan: Plan, from_seq: int, to_seq: int
-    ) -> None:
+        self,
+        tx: AsyncSession,
+        claim: Claim,
+        plan: Plan,
+        from_seq: int,
+        to_seq: int,
+        before: Memory | None = None,
+    ) -> bool:
         """The batch's rows, its merges, their events and the watermark: one transaction,
-        valid only while we hold the lease."""
+        valid only while we hold the lease. Returns whether `before` (the row the turn
+        before the slice was re-pointed from) is still as read, under its lock."""
         now = self.clock()
         if not await session_store.advance_watermark(
             tx,
@@ -361,17 +455,28 @@ class Promoter:
             for memory in plan.fresh
             if memory.chunk.id in inserted
         ]
-        merged, patches = await self._merge(tx, claim, plan.merges, now)
+        merged, patches, unchanged = await self._merge(tx, claim, plan.merges, now, before)
         await memory_store.add_events(tx, [*created, *merged])
         # Under the row locks, before the commit: if the index fails, nothing moves.
         await self.vectors.set_payload(patches)
+        return unchanged
 
     async def _merge(
-        self, tx: AsyncSession, claim: Claim, gains: dict[uuid.UUID, Gain], now: datetime
-    ) -> tuple[list[AuditEvent], list[tuple[uuid.UUID, PayloadPatch]]]:
+        self,
+        tx: AsyncSession,
+        claim: Claim,
+        gains: dict[uuid.UUID, Gain],
+        now: datetime,
+        before: Memory | None,
+    ) -> tuple[list[AuditEvent], list[tuple[uuid.UUID, PayloadPatch]], bool]:
         """Apply each gain to its memory as it is now, under a row lock, not as read before
-        the plan; returns the events and the index updates of the memories that changed."""
-        live = await memory_store.lock_live(tx, claim.tenant_id, claim.user_id, list(gains))
+        the plan; returns the events and the index updates of the memories that changed,
+        and whether `before` is unchanged (locked with them, in one id order)."""
+        ids = [*gains, *([before.id] if before is not None and before.id not in gains else [])]
+        locked = await memory_store.lock_live(tx, claim.tenant_id, claim.user_id, ids)
+        found = {m.id: m for m in locked}
+        unchanged = before is None or (before.id in found and _same_point(before, found[before.id]))
+        live = [m for m in locked if m.id in gains]
         if len(live) != len(gains):
             raise _Stale  # a merge target was deleted meanwhile: redo the batch
         events: list[AuditEvent] = []
@@ -405,7 +510,7 @@ class Promoter:
                     at=now,
                 )
             )
-        return events, patches
+        return events, patches, unchanged
 
     def _point(self, claim: Claim, memory: NewMemory, turn: list[float] | None) -> VectorPoint:
         chunk = memory.chunk
@@ -422,7 +527,13 @@ class Promoter:
             role=chunk.role,
         )
         return chunk_point(
-            chunk.id, chunk, memory.vector, turn, payload, self.settings.sparse_context_weight
+            chunk.id,
+            chunk,
+            memory.vector,
+            turn,
+            payload,
+            self.settings.sparse_context_weight,
+            self.settings.sparse_next_weight,
         )
 
     @staticmethod
@@ -482,125 +593,20 @@ def slice_by_chars(messages: list[LogMessage], max_chars: int) -> list[LogMessag
     return messages
 
 
-def context_lookback(settings: Settings) -> int:
-    """How many messages before a turn to read for its context: system messages are skipped
-    by the chunker, so a little more than the context turns."""
-    turns = max(settings.dense_context_turns, settings.sparse_context_turns)
-    return turns * 3 + 2 if turns else 0
+@dataclass(frozen=True, slots=True)
+class _Before:
+    """The turn before a slice, re-planned with its next turn, and its embedded vectors."""
+
+    plan: PointPlan
+    vector: list[float]
+    turn: list[float] | None
 
 
-def log_message(row: Message) -> LogMessage:
-    return LogMessage(
-        row.session_id, row.seq, row.client_id, row.role, row.content, row.created_at, row.metadata_
+def _same_point(read: Memory, now: Memory) -> bool:
+    """Whether a point built from `read` is the one `now` would give."""
+    return read.content == now.content and MemoryPayload.from_row(read) == MemoryPayload.from_row(
+        now
     )
-
-
-class LineCache:
-    """The vectors of the last `size` lines embedded, by a digest of their text."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._vectors: OrderedDict[bytes, np.ndarray[Any, Any]] = OrderedDict()
-
-    @staticmethod
-    def _key(line: str) -> bytes:
-        return hashlib.blake2b(line.encode(), digest_size=16).digest()
-
-    def get(self, line: str) -> np.ndarray[Any, Any] | None:
-        key = self._key(line)
-        vector = self._vectors.get(key)
-        if vector is not None:
-            self._vectors.move_to_end(key)
-        return vector
-
-    def put(self, line: str, vector: np.ndarray[Any, Any]) -> None:
-        self._vectors[self._key(line)] = vector
-        self._vectors.move_to_end(self._key(line))
-        while len(self._vectors) > self.size:
-            self._vectors.popitem(last=False)
-
-
-async def embed_chunks(
-    embedder: Embedder,
-    chunks: list[Chunk],
-    context_weight: float,
-    cache: LineCache | None = None,
-) -> tuple[list[Chunk], list[list[float]], dict[uuid.UUID, list[float]]]:
-    """One embedding per distinct line; a chunk's vector blends in its context's.
-
-    Returns the chunks that could be embedded, their (blended) vectors, and each one's
-    own line's vector (the point's `turn` vector): a line the provider refuses is
-    skipped (it stays in the log), so one message cannot stall a session.
-    """
-    if not chunks:
-        return [], [], {}
-    lines = list(dict.fromkeys(line for c in chunks for line in (*c.dense_context, c.content)))
-    by_line: dict[str, np.ndarray[Any, Any]] = {}
-    if cache is not None:
-        for line in lines:
-            if (known := cache.get(line)) is not None:
-                by_line[line] = known
-        lines = [line for line in lines if line not in by_line]
-    try:
-        fresh = await _embed_lines(embedder, lines) if lines else {}
-    except EmbeddingRejected:
-        fresh = {}
-        for line in lines:
-            try:
-                fresh.update(await _embed_lines(embedder, [line]))
-            except EmbeddingRejected:
-                log.warning("embedding provider refused a message; it stays unindexed")
-    by_line.update(fresh)
-    if cache is not None:
-        for line, vector in fresh.items():
-            cache.put(line, vector)
-    w = context_weight
-    kept: list[Chunk] = []
-    out: list[list[float]] = []
-    turns: dict[uuid.UUID, list[float]] = {}
-    for c in chunks:
-        if c.content not in by_line:
-            continue
-        v = by_line[c.content]
-        turns[c.id] = v.tolist()
-        context_vectors = [by_line[line] for line in c.dense_context if line in by_line]
-        if context_vectors and w > 0:
-            v = (1 - w) * v + w * np.mean(np.stack(context_vectors), axis=0)
-        norm = float(np.linalg.norm(v))
-        kept.append(c)
-        out.append((v / norm if norm else v).tolist())
-    return kept, out, turns
-
-
-async def _embed_lines(embedder: Embedder, lines: list[str]) -> dict[str, np.ndarray[Any, Any]]:
-    """Each line's vector, a long line's as the mean of its windows' (`embedding_windows`)."""
-    windows = [embedding_windows(line) for line in lines]
-    flat = [w for ws in windows for w in ws]
-    vectors = iter(await embedder.embed(flat, bulk=True))
-    by_line: dict[str, np.ndarray[Any, Any]] = {}
-    for line, ws in zip(lines, windows, strict=True):
-        if len(ws) == 1:
-            by_line[line] = np.asarray(next(vectors), dtype=np.float32)
-            continue
-        mean = np.mean([np.asarray(next(vectors), dtype=np.float32) for _ in ws], axis=0)
-        norm = float(np.linalg.norm(mean))
-        by_line[line] = mean / norm if norm else mean
-    return by_line
-
-
-def chunk_point(
-    point_id: uuid.UUID,
-    chunk: Chunk,
-    vector: list[float],
-    turn: list[float] | None,
-    payload: MemoryPayload,
-    sparse_context_weight: float,
-) -> VectorPoint:
-    """A chunk's point: its embedded vectors, its terms with their context's at
-    `sparse_context_weight`, and `payload`. Promotion and the reindex job both build points
-    here, so a rebuilt index is the one promotion wrote."""
-    sparse = terms.document_vector(chunk.content, chunk.sparse_context, sparse_context_weight)
-    return VectorPoint(point_id, vector, sparse, payload, turn)
 
 
 class _Stale(Exception):

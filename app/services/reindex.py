@@ -21,7 +21,7 @@ What a point is rebuilt from:
   sparse from the content, no role.
 
 A deleted memory's turn stays in the log but is no longer context: the memories of the
-turns after it are rebuilt without it (`rebuild_followers`, called on delete), and every
+turns around it are rebuilt without it (`rebuild_followers`, called on delete), and every
 rebuild leaves deleted turns out, so its words stop finding its neighbours.
 
 The payload comes from the row (`MemoryPayload.from_row`), so access counts, pins and merged
@@ -40,7 +40,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.chunking import Chunk, LogMessage, chunk_turns, memory_id
 from app.providers.embeddings import Embedder
-from app.services.promotion import chunk_point, context_lookback, embed_chunks, log_message
+from app.services.indexing import (
+    LineCache,
+    chunk_point,
+    context_lookahead,
+    context_lookback,
+    embed_chunks,
+    log_message,
+)
 from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
@@ -55,7 +62,7 @@ BATCH = 256
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class PointPlan:
     """How one memory's point is rebuilt: its chunk (id and content the memory's own), and
     the role of the turn it came from (None: embedded from its content alone)."""
 
@@ -66,12 +73,20 @@ class _Plan:
 
 class Reindexer:
     def __init__(
-        self, db: Database, vectors: VectorIndex, embedder: Embedder, settings: Settings
+        self,
+        db: Database,
+        vectors: VectorIndex,
+        embedder: Embedder,
+        settings: Settings,
+        cache: LineCache | None = None,
     ) -> None:
         self.db = db
         self.vectors = vectors
         self.embedder = embedder
         self.settings = settings
+        # Promotion lends its cache of recent lines: a predecessor it rebuilds was embedded
+        # a pass ago, with its context.
+        self.cache = cache
 
     async def rebuild(
         self,
@@ -124,12 +139,14 @@ class Reindexer:
         return done
 
     async def rebuild_followers(self, gone: Memory, *, keep_used: bool = False) -> int:
-        """Rebuild the live memories of the turns just after a deleted one's turn, whose
-        index context carried its words (promotion's lookback); returns how many. With
-        `keep_used` (a forget, not a delete), followers that have been used keep their
-        entry: it proved useful as it is (docs/forgetting.md)."""
+        """Rebuild the live memories of the turns around a deleted one's turn, whose index
+        context carried its words (the turns after it, and the one before it that had it as
+        its next turn); returns how many. With `keep_used` (a forget, not a delete),
+        neighbours that have been used keep their entry: it proved useful as it is
+        (docs/forgetting.md)."""
         lookback = context_lookback(self.settings)
-        if lookback == 0:
+        ahead = context_lookahead(self.settings)
+        if lookback == 0 and ahead == 0:
             return 0
         ids: list[uuid.UUID] = []
         async with self.db.read() as tx:
@@ -141,9 +158,13 @@ class Reindexer:
                 if session is None:
                     continue
                 incarnation = session.created_at.isoformat()
+                # The turns after it (it was their context) and before it (it was the
+                # next turn of the nearest one).
+                near = [*range(1, lookback + 1), *range(-ahead, 0)]
                 ids += [
                     memory_id(gone.tenant_id, str(session_id), incarnation, seq + k)
-                    for k in range(1, lookback + 1)
+                    for k in near
+                    if seq + k > 0
                 ]
             rows = [
                 r
@@ -155,7 +176,11 @@ class Reindexer:
     async def points(self, rows: list[Memory]) -> list[VectorPoint]:
         plans = await self._plan(rows)
         chunks, vectors, turns = await embed_chunks(
-            self.embedder, [p.chunk for p in plans], self.settings.dense_context_weight
+            self.embedder,
+            [p.chunk for p in plans],
+            self.settings.dense_context_weight,
+            self.cache,
+            self.settings.dense_next_weight,
         )
         by_id = {p.chunk.id: p for p in plans}
         points: list[VectorPoint] = []
@@ -169,13 +194,15 @@ class Reindexer:
                     turns.get(chunk.id),
                     MemoryPayload.from_row(plan.row, role=plan.role),
                     self.settings.sparse_context_weight,
+                    self.settings.sparse_next_weight,
                 )
             )
         return points
 
-    async def _plan(self, rows: list[Memory]) -> list[_Plan]:
+    async def _plan(self, rows: list[Memory]) -> list[PointPlan]:
         """Each memory's chunk: with its turn's context where its turn is in the log."""
         lookback = context_lookback(self.settings)
+        ahead = context_lookahead(self.settings)
         wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
         for row in rows:
             for source in row.sources:
@@ -189,11 +216,11 @@ class Reindexer:
                 if session is None:
                     continue
                 incarnations[(tenant_id, session_id)] = session.created_at.isoformat()
-                spans = [(max(0, s - lookback - 1), s) for s in sorted(seqs)]
+                spans = [(max(0, s - lookback - 1), s + ahead) for s in sorted(seqs)]
                 found = await message_store.windows(tx, tenant_id, session_id, spans)
                 logs[(tenant_id, session_id)] = {m.seq: log_message(m) for m in found}
             await self._drop_deleted_turns(tx, logs, incarnations, {r.id for r in rows})
-        return [self._plan_one(row, logs, incarnations) for row in rows]
+        return [self.plan_one(row, logs, incarnations) for row in rows]
 
     @staticmethod
     async def _drop_deleted_turns(
@@ -214,12 +241,15 @@ class Reindexer:
                 key, seq = turn_of[row.id]
                 del logs[key][seq]
 
-    def _plan_one(
+    def plan_one(
         self,
         row: Memory,
         logs: dict[tuple[str, str], dict[int, LogMessage]],
         incarnations: dict[tuple[str, str], str],
-    ) -> _Plan:
+    ) -> PointPlan:
+        """A memory's chunk from the log around the turn it came from (`logs`: seq → message
+        by (tenant, session), deleted turns left out). Promotion plans the turn before its
+        slice with it too, from the messages it read."""
         in_log: list[tuple[bool, str, int]] = []  # (is the turn it came from, session, seq)
         for source in row.sources:
             key = (row.tenant_id, str(source.get("session_id")))
@@ -234,6 +264,8 @@ class Reindexer:
             if own and turn.line != row.content:
                 break  # a caller rewrote it: embedded from its content, as `update` does
             context = [m for s, m in sorted(messages.items()) if s < seq]
+            ahead = seq + context_lookahead(self.settings)
+            following = [m for s, m in sorted(messages.items()) if seq < s <= ahead]
             chunks = chunk_turns(
                 row.tenant_id,
                 incarnations[(row.tenant_id, session_id)],
@@ -241,10 +273,11 @@ class Reindexer:
                 [turn],
                 dense_context=self.settings.dense_context_turns,
                 sparse_context=self.settings.sparse_context_turns,
+                following=following,
             )
             for chunk in chunks:  # one, unless the turn's role is not an indexed one
-                return _Plan(row, replace(chunk, id=row.id, content=row.content), chunk.role)
-        return _Plan(row, _own_chunk(row), None)
+                return PointPlan(row, replace(chunk, id=row.id, content=row.content), chunk.role)
+        return PointPlan(row, _own_chunk(row), None)
 
 
 async def _get_many(tx: AsyncSession, keys: list[tuple[str, uuid.UUID]]) -> list[Memory]:

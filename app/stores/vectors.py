@@ -36,10 +36,11 @@ KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "
 # a field the payload already has needs no rebuild: both backends add missing indexes when
 # they open a collection.
 # v3: Chinese index terms without pronouns and question words (app/core/terms.py).
+# v4: each turn's terms carry the next turn's (app/core/chunking.py, `Chunk.after`).
 # (The embedded index's sparse vector lost Qdrant's IDF modifier without a new version,
 # which would have re-embedded a server's collection too: a shard with the modifier is
 # emptied at open and rebuilt, app/stores/qdrant_edge.py.)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # `valid_to`: every recall filters on it (`must_not valid_to <= valid_at`). Unindexed, each
 # candidate the search visits reads its payload for it: 3.5-5 ms of a 1k-10k memory recall's
 # index query, 0.5-1 ms with the index (bench/README.md, "Less CPU per recall"); the same

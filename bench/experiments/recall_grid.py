@@ -120,7 +120,10 @@ class Corpus:
                     v = (1 - w) * self.turn_dense[i] + w * ctx
                     chunk[i] = v / max(float(np.linalg.norm(v)), 1e-9)
                 sctx = [lines[j] for j in idx[max(0, pos - s.sparse_context_turns) : pos]]
-                dv = terms.document_vector(lines[i], sctx, s.sparse_context_weight)
+                after = [lines[idx[pos + 1]]] if pos + 1 < len(idx) else []
+                dv = terms.document_vector(
+                    lines[i], sctx, s.sparse_context_weight, after, s.sparse_next_weight
+                )
                 self.sparse[i] = dict(zip(dv.indices, dv.values, strict=True))
                 dv = terms.document_vector(lines[i])
                 self.sparse_self[i] = dict(zip(dv.indices, dv.values, strict=True))

@@ -228,3 +228,49 @@ async def test_a_worker_starting_on_an_empty_index_rebuilds_it(
         assert job.result is not None
         assert job.result["memories"] == n
         assert_same(before, await results(running, user))
+
+
+async def _terms_of(running: Running, user: str, memory_id: str) -> set[int]:
+    """The term ids of a memory's point, as recall's sparse list reads them."""
+    from app.core import terms
+    from app.stores.vectors import VectorQuery
+
+    [q] = await running.resources.embedder.embed(["shop"])
+    query = VectorQuery(
+        running.resources.settings.default_tenant, user, q, terms.query_vector("shop"), 20
+    )
+    found = await running.resources.vectors.candidates(query)
+    for hit in [*found.dense, *found.sparse]:
+        if str(hit.id) == memory_id:
+            assert hit.vectors is not None
+            return set(hit.vectors.sparse_ids)
+    raise AssertionError(f"memory {memory_id} is not in the index")
+
+
+async def test_a_turn_promoted_before_its_reply_is_indexed_with_it(
+    make_settings: Callable[..., Settings], start_app: Callable[[Settings], Any]
+) -> None:
+    """The next turn's terms are part of a turn's index entry (docs/architecture.md §3):
+    promoted on its own, a turn is rebuilt once its reply is promoted, as a reindex would
+    build it, and again without the reply when the reply's memory is deleted."""
+    from app.core import terms
+
+    bakery = terms.term_id(terms.tokenize("bakery")[0])
+    async with start_app(make_settings(worker_in_process=True)) as running:
+        user = f"user-{uuid.uuid4().hex[:8]}"
+        await post_messages(running, "shop", user, [turn("I finally opened my own shop!", id="a")])
+        [first] = await recall(running, user, "shop", min_relevance=0)
+        assert bakery not in await _terms_of(running, user, first["id"])
+
+        reply = turn("A bakery of your own, congratulations!", role="assistant", id="b")
+        await post_messages(running, "shop", user, [reply])
+        assert bakery in await _terms_of(running, user, first["id"])
+        promoted = await _stored(running, user)
+        await build_reindexer(running.resources).rebuild()
+        assert_same_points(promoted, await _stored(running, user))
+
+        found = await recall(running, user, "bakery", min_relevance=0)
+        [second] = [r for r in found if r["sources"][0]["message_id"] == "b"]
+        resp = await running.client.delete(f"/v1/memories/{second['id']}?user_id={user}")
+        assert resp.is_success, resp.text
+        assert bakery not in await _terms_of(running, user, first["id"])

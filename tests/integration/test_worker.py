@@ -18,7 +18,7 @@ from app.services.promotion import Promoter
 from app.stores import sessions as session_store
 from app.stores.models import Memory, MemoryEvent, Session
 from app.wiring import build_promoter, build_services
-from tests.conftest import Running, full_settings, post_messages, turn
+from tests.conftest import Running, full_settings, post_messages, recall, turn
 
 
 @pytest.fixture
@@ -343,3 +343,76 @@ async def test_a_cancelled_pass_gives_its_leases_back(idle_app: Running) -> None
             .all()
         )
     assert owners == [None, None]
+
+
+async def _sparse_hits(running: Running, user: str, query: str) -> list[str]:
+    """The memory ids the index's term list finds for `query`."""
+    from app.core import terms
+    from app.stores.vectors import VectorQuery
+
+    [q] = await running.resources.embedder.embed([query])
+    tenant = running.resources.settings.default_tenant
+    found = await running.resources.vectors.candidates(
+        VectorQuery(tenant, user, q, terms.query_vector(query), 20)
+    )
+    return [str(h.id) for h in found.sparse]
+
+
+async def _only_memory(running: Running, user: str) -> str:
+    resp = await running.client.get("/v1/memories", params={"user_id": user})
+    [item] = resp.json()["items"]
+    return str(item["id"])
+
+
+async def test_a_deleted_turn_is_no_context_for_the_turns_promoted_after_it(
+    idle_app: Running,
+) -> None:
+    user, session = "u-ctx-gone", "s-ctx-gone"
+    promoter = build_promoter(idle_app.resources, "w")
+    await post_messages(
+        idle_app, session, user, [turn("I adopted a parrot named Kiwi")], wait=False
+    )
+    assert await promoter.run_once() == 1
+    parrot = await _only_memory(idle_app, user)
+    assert await _sparse_hits(idle_app, user, "kiwi") == [parrot]
+    resp = await idle_app.client.delete(f"/v1/memories/{parrot}", params={"user_id": user})
+    assert resp.is_success, resp.text
+
+    reply = turn("What a lovely bird!", role="assistant")
+    await post_messages(idle_app, session, user, [reply], wait=False)
+    assert await promoter.run_once() == 1
+    assert await _sparse_hits(idle_app, user, "kiwi") == []
+    assert await _sparse_hits(idle_app, user, "lovely bird") == [await _only_memory(idle_app, user)]
+
+
+async def test_the_turn_before_deleted_mid_promotion_stays_out_of_the_index(
+    idle_app: Running,
+) -> None:
+    """The turn before a slice is re-pointed with the slice (its next turn's terms); if
+    its memory is deleted between that write and the commit, its point must not come back."""
+    user, session = "u-before-gone", "s-before-gone"
+    promoter = build_promoter(idle_app.resources, "w")
+    await post_messages(idle_app, session, user, [turn("My gym locker code is 4711")], wait=False)
+    assert await promoter.run_once() == 1
+    locker = await _only_memory(idle_app, user)
+    await post_messages(idle_app, session, user, [turn("Noted.", role="assistant")], wait=False)
+
+    vectors = idle_app.resources.vectors
+    real_upsert = vectors.upsert
+
+    async def delete_then_upsert(points: Any) -> None:
+        # Fault injection: the caller deletes that memory after the slice was read, just
+        # before its points (the re-pointed one among them) are written.
+        if any(str(p.id) == locker for p in points):
+            resp = await idle_app.client.delete(f"/v1/memories/{locker}", params={"user_id": user})
+            assert resp.is_success, resp.text
+        await real_upsert(points)
+
+    vectors.upsert = delete_then_upsert  # type: ignore[method-assign]
+    try:
+        assert await promoter.run_once() == 1
+    finally:
+        vectors.upsert = real_upsert  # type: ignore[method-assign]
+    assert locker not in await _sparse_hits(idle_app, user, "gym locker code 4711")
+    found = await recall(idle_app, user, "gym locker code", min_relevance=0)
+    assert locker not in [r["id"] for r in found]

@@ -51,10 +51,35 @@ def test_chunks_do_not_depend_on_batch_boundaries(texts: list[str], data: st.Dat
     messages = [msg(i + 1, t, "user" if i % 2 else "assistant") for i, t in enumerate(texts)]
     whole = chunk_turns("t", "i0", [], messages, dense_context=1, sparse_context=2)
     cut = data.draw(st.integers(0, len(messages)))
-    split = chunk_turns(
-        "t", "i0", [], messages[:cut], dense_context=1, sparse_context=2
-    ) + chunk_turns("t", "i0", messages[:cut], messages[cut:], dense_context=1, sparse_context=2)
-    assert split == whole
+    later = chunk_turns(
+        "t", "i0", messages[:cut], messages[cut:], dense_context=1, sparse_context=2
+    )
+    first = chunk_turns("t", "i0", [], messages[:cut], dense_context=1, sparse_context=2)
+    # Promoted before the rest arrived, the last turn of the first batch lacks its next
+    # turn; rebuilt with the log after it (as promotion rebuilds it), it is the same.
+    rebuilt = chunk_turns(
+        "t", "i0", [], messages[:cut], dense_context=1, sparse_context=2, following=messages[cut:]
+    )
+    assert rebuilt + later == whole
+    assert first[:-1] == rebuilt[:-1]
+    if first and later:
+        assert first[-1].after is None
+        assert rebuilt[-1].after == later[0].content
+
+
+def test_a_turn_is_indexed_with_the_next_turn_once_it_is_in_the_log() -> None:
+    history = [
+        msg(1, "I opened my own car shop!"),
+        msg(2, "Be terse.", "system"),
+        msg(3, "Wow, a car shop, congrats!", "assistant"),
+    ]
+    [first, second] = chunk_turns("t", "i0", [], history, dense_context=1, sparse_context=2)
+    assert first.after == "assistant: Wow, a car shop, congrats!"  # the system message skipped
+    assert second.after is None
+    [alone] = chunk_turns(
+        "t", "i0", [], history[:1], dense_context=1, sparse_context=2, following=history[1:]
+    )
+    assert alone == first
 
 
 def test_ids_are_deterministic_and_scoped() -> None:

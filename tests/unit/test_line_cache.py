@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from app.core.chunking import LogMessage, chunk_turns
-from app.services.promotion import LineCache, embed_chunks
+from app.services.indexing import LineCache, embed_chunks
 
 
 class CountingEmbedder:
