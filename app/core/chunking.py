@@ -87,16 +87,30 @@ def chunk_turns(
     dense_context: int,
     sparse_context: int,
     following: Sequence[LogMessage] = (),
+    next_within: int = 0,
+    back_within: int | None = None,
 ) -> list[Chunk]:
     """Chunks for `new` messages; `context` holds the turns just before them and
-    `following` those just after them that are already in the log (either may be empty)."""
+    `following` those just after them that are already in the log (either may be empty).
+    A turn's next turn (`Chunk.after`) is the first indexed message at most `next_within`
+    seqs after it (0: none), and with `back_within` its context turns are at most that many
+    seqs before it: a rebuild reading that far around a turn finds the same."""
     history = [m for m in context if m.role in INDEXED_ROLES]
     turns = [m for m in new if m.role in INDEXED_ROLES]
     nexts = [*turns[1:], *(m for m in following if m.role in INDEXED_ROLES)]
     chunks: list[Chunk] = []
     for message, after in zip(turns, [*nexts, None], strict=False):
-        dense_before = history[-dense_context:] if dense_context else []
-        sparse_before = history[-sparse_context:] if sparse_context else []
+        if after is not None and after.seq - message.seq > next_within:
+            after = None
+        near = history
+        if back_within is not None:
+            near = [
+                m
+                for m in history[-max(dense_context, sparse_context, 1) :]
+                if message.seq - m.seq <= back_within
+            ]
+        dense_before = near[-dense_context:] if dense_context else []
+        sparse_before = near[-sparse_context:] if sparse_context else []
         chunks.append(
             Chunk(
                 id=memory_id(tenant_id, message.session_id, incarnation, message.seq),

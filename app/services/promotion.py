@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,9 @@ class _Slice:
     # The point of the turn just before the slice, promoted without its next turn (the
     # slice's first), rebuilt with it and written with the slice (`Chunk.after`).
     before: PointPlan | None = None
+    # The memories of the promoted turns read for context, live when read: one deleted
+    # before the commit has the points that carried its words rebuilt after it.
+    watch: list[uuid.UUID] = field(default_factory=list)
 
     @property
     def to_embed(self) -> list[Chunk]:
@@ -244,9 +247,10 @@ class Promoter:
             )
             log_messages = [log_message(r) for r in rows]
             deleted: set[int] = set()
-            before = None
+            before: PointPlan | None = None
+            watch: list[uuid.UUID] = []
             if ahead and any(m.seq > cursor and m.role in INDEXED_ROLES for m in log_messages):
-                deleted, before = await self._turn_before(tx, claim, log_messages, cursor)
+                deleted, before, watch = await self._turn_before(tx, claim, log_messages, cursor)
         context = [m for m in log_messages if m.seq <= cursor and m.seq not in deleted]
         pending = [m for m in log_messages if m.seq > cursor]
         new = slice_by_chars(pending, self.settings.worker_slice_chars)
@@ -260,13 +264,17 @@ class Promoter:
             new,
             dense_context=self.settings.dense_context_turns,
             sparse_context=self.settings.sparse_context_turns,
+            next_within=ahead,
+            back_within=lookback,
         )
         extract = self.extract_facts and any(m.role == "user" for m in new)
-        return _Slice(chunks, cursor, new_upto, len(new), extract, before if chunks else None)
+        if not chunks:
+            before, watch = None, []
+        return _Slice(chunks, cursor, new_upto, len(new), extract, before, watch)
 
     async def _turn_before(
         self, tx: AsyncSession, claim: Claim, messages: list[LogMessage], cursor: int
-    ) -> tuple[set[int], PointPlan | None]:
+    ) -> tuple[set[int], PointPlan | None, list[uuid.UUID]]:
         """Of the promoted turns read (seq ≤ `cursor`): those whose memory was deleted (no
         one's context any more, as a reindex leaves them out), and the plan of the last
         live one's point rebuilt with its next turn, the slice's first. None when that turn
@@ -278,12 +286,15 @@ class Promoter:
         found = await memory_store.get_many(tx, claim.tenant_id, list(ids), user_id=claim.user_id)
         rows = {ids[r.id]: r for r in found}
         deleted = {seq for seq, r in rows.items() if r.deleted_at is not None}
+        watch = [i for i, seq in ids.items() if seq in rows and seq not in deleted]
         last = next((m for m in reversed(done) if m.seq not in deleted), None)
-        if last is None or last.seq not in rows:
-            return deleted, None
+        first = next(m for m in messages if m.seq > cursor and m.role in INDEXED_ROLES)
+        ahead = context_lookahead(self.settings)
+        if last is None or last.seq not in rows or first.seq - last.seq > ahead:
+            return deleted, None, watch  # (too far back: the slice is not its next turn)
         logs = {key: {m.seq: m for m in messages if m.seq not in deleted}}
         plan = self.reindexer.plan_one(rows[last.seq], logs, {key: claim.incarnation})
-        return deleted, plan if plan.role is not None else None
+        return deleted, (plan if plan.role is not None else None), watch
 
     async def _promote_slice(
         self,
@@ -310,6 +321,7 @@ class Promoter:
             piece.upto,
             extract=piece.extract,
             before=before,
+            watch=piece.watch,
         )
         if not written:
             log.info("lease on %s lost; another worker goes on", claim.session_id)
@@ -342,6 +354,7 @@ class Promoter:
         *,
         extract: bool,
         before: _Before | None = None,
+        watch: list[uuid.UUID] | None = None,
     ) -> bool:
         """Read what exists, plan (pure), then write: the points, then one transaction.
 
@@ -364,23 +377,37 @@ class Promoter:
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
         row = before.plan.row if before is not None else None
+        fresh = [m.chunk.id for m in plan.fresh]
         try:
             async with self.db.transaction() as tx:
                 unchanged = await self._commit(tx, claim, plan, from_seq, to_seq, row)
+                gone = watch and await memory_store.deleted_among(
+                    tx, claim.tenant_id, claim.user_id, watch
+                )
                 if extract:
                     await enqueue_extraction(
                         tx, claim, from_seq, to_seq, max_attempts=self.settings.job_max_attempts
                     )
         except (_Stale, _LeaseLost):
             # Perhaps the session was deleted meanwhile: then its fresh points must go too.
-            await self._forget_points_of_gone_session(claim, [p.id for p in points])
+            await self._forget_points_of_gone_session(claim, fresh)
+            if row is not None:
+                await self._rebuild(claim.tenant_id, [row.id])
             return False
         except BaseException:
             with contextlib.suppress(Exception):
-                await self._forget_points_of_gone_session(claim, [p.id for p in points])
+                await self._forget_points_of_gone_session(claim, fresh)
+            if row is not None:
+                await self._rebuild(claim.tenant_id, [row.id])
             raise
-        if row is not None and not unchanged:
-            await self._rebuild_changed(row)
+        # A context turn deleted since the read: the points that carried its words (the
+        # turn before, the new turns) again from the rows; the turn before also when its
+        # own row changed.
+        again = fresh if gone else []
+        if row is not None and (gone or not unchanged):
+            again = [row.id, *again]
+        if again:
+            await self._rebuild(claim.tenant_id, again)
         return True
 
     def _before_point(self, before: _Before) -> VectorPoint:
@@ -395,17 +422,23 @@ class Promoter:
             self.settings.sparse_next_weight,
         )
 
-    async def _rebuild_changed(self, row: Memory) -> None:
-        """The turn before the slice was deleted, rewritten or reinforced between our read
-        and the commit: the point written from the old row is rebuilt from the row as it is
-        now (or removed), as a reindex would."""
-        async with self.db.read() as tx:
-            found = await memory_store.get_many(tx, row.tenant_id, [row.id])
-        now = found[0] if found else None
-        if now is None or now.deleted_at is not None:
-            await self.vectors.delete([row.id])
-        else:
-            await self.reindexer.rebuild_rows([now])
+    async def _rebuild(self, tenant_id: str, ids: list[uuid.UUID]) -> None:
+        """Points written from what a slice read, when that changed before the commit (or
+        the batch did not commit): each rebuilt from its row as it is now, or removed
+        (deleted, erased with its session, never inserted), as a reindex would. A failure
+        is logged: the batch's own outcome stands, and a point left behind is what a
+        reindex rebuilds."""
+        try:
+            async with self.db.read() as tx:
+                found = {m.id: m for m in await memory_store.get_many(tx, tenant_id, ids)}
+            live = [found[i] for i in ids if i in found and found[i].deleted_at is None]
+            gone = [i for i in ids if i not in found or found[i].deleted_at is not None]
+            if gone:
+                await self.vectors.delete(gone)
+            if live:
+                await self.reindexer.rebuild_rows(live)
+        except Exception:
+            log.warning("could not rebuild the points of %d memories", len(ids), exc_info=True)
 
     async def _existing(
         self, claim: Claim, chunks: list[Chunk]
@@ -595,7 +628,7 @@ def slice_by_chars(messages: list[LogMessage], max_chars: int) -> list[LogMessag
 
 @dataclass(frozen=True, slots=True)
 class _Before:
-    """The turn before a slice, re-planned with its next turn, and its embedded vectors."""
+    """The turn before a slice, planned again with its next turn, and its embedded vectors."""
 
     plan: PointPlan
     vector: list[float]

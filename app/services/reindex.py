@@ -263,9 +263,11 @@ class Reindexer:
             turn = messages[seq]
             if own and turn.line != row.content:
                 break  # a caller rewrote it: embedded from its content, as `update` does
-            context = [m for s, m in sorted(messages.items()) if s < seq]
-            ahead = seq + context_lookahead(self.settings)
-            following = [m for s, m in sorted(messages.items()) if seq < s <= ahead]
+            # The window read for this turn (other rows' windows of the session may be in
+            # `messages` too): as promotion reads it.
+            back, ahead = context_lookback(self.settings), context_lookahead(self.settings)
+            context = [messages[s] for s in range(seq - back, seq) if s in messages]
+            following = [messages[s] for s in range(seq + 1, seq + ahead + 1) if s in messages]
             chunks = chunk_turns(
                 row.tenant_id,
                 incarnations[(row.tenant_id, session_id)],
@@ -274,6 +276,8 @@ class Reindexer:
                 dense_context=self.settings.dense_context_turns,
                 sparse_context=self.settings.sparse_context_turns,
                 following=following,
+                next_within=ahead,
+                back_within=back,
             )
             for chunk in chunks:  # one, unless the turn's role is not an indexed one
                 return PointPlan(row, replace(chunk, id=row.id, content=row.content), chunk.role)

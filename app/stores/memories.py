@@ -110,6 +110,22 @@ async def ids_among(
     return found
 
 
+async def deleted_among(
+    tx: AsyncSession, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Which of `ids` are the user's deleted memories (ids only, as `ids_among`)."""
+    found: set[uuid.UUID] = set()
+    for start in range(0, len(ids), _CHUNK):
+        stmt = sa.select(Memory.id).where(
+            Memory.tenant_id == tenant_id,
+            Memory.user_id == user_id,
+            Memory.id.in_(ids[start : start + _CHUNK]),
+            Memory.deleted_at.is_not(None),
+        )
+        found.update((await tx.execute(stmt)).scalars())
+    return found
+
+
 async def ids_by_hashes(
     tx: AsyncSession, tenant_id: str, user_id: str, hashes: Sequence[str]
 ) -> dict[str, uuid.UUID]:

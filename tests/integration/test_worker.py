@@ -416,3 +416,77 @@ async def test_the_turn_before_deleted_mid_promotion_stays_out_of_the_index(
     assert locker not in await _sparse_hits(idle_app, user, "gym locker code 4711")
     found = await recall(idle_app, user, "gym locker code", min_relevance=0)
     assert locker not in [r["id"] for r in found]
+
+
+async def test_the_turn_before_deleted_before_a_lost_lease_stays_out_of_the_index(
+    idle_app: Running,
+) -> None:
+    """As above, and the batch then rolls back (another worker took the lease): the point
+    written for the deleted memory goes all the same."""
+    user, session = "u-before-lost", "s-before-lost"
+    promoter = build_promoter(idle_app.resources, "w")
+    await post_messages(idle_app, session, user, [turn("My bike lock code is 9031")], wait=False)
+    assert await promoter.run_once() == 1
+    lock = await _only_memory(idle_app, user)
+    await post_messages(idle_app, session, user, [turn("Got it.", role="assistant")], wait=False)
+
+    vectors = idle_app.resources.vectors
+    real_upsert = vectors.upsert
+
+    async def delete_steal_upsert(points: Any) -> None:
+        if any(str(p.id) == lock for p in points):
+            resp = await idle_app.client.delete(f"/v1/memories/{lock}", params={"user_id": user})
+            assert resp.is_success, resp.text
+            async with idle_app.resources.db.transaction() as tx:
+                tenant = idle_app.resources.settings.default_tenant
+                await tx.execute(
+                    sa.update(Session)
+                    .where(Session.tenant_id == tenant, Session.id == session)
+                    .values(lease_owner="other")
+                )
+        await real_upsert(points)
+
+    vectors.upsert = delete_steal_upsert  # type: ignore[method-assign]
+    try:
+        assert await promoter.run_once() == 0
+    finally:
+        vectors.upsert = real_upsert  # type: ignore[method-assign]
+    assert lock not in await _sparse_hits(idle_app, user, "bike lock code 9031")
+
+
+async def test_a_context_turn_deleted_mid_promotion_leaves_the_turn_before_without_it(
+    idle_app: Running,
+) -> None:
+    """The turn before the slice is written with its context's words as they were read; a
+    context turn deleted meanwhile has had that turn rebuilt without its words, which the
+    slice's write must not put back."""
+    user, session = "u-ctx-mid", "s-ctx-mid"
+    promoter = build_promoter(idle_app.resources, "w")
+    first = [turn("I adopted a parrot named Kiwi"), turn("What a lovely bird!", role="assistant")]
+    await post_messages(idle_app, session, user, first, wait=False)
+    assert await promoter.run_once() == 2
+    resp = await idle_app.client.get("/v1/memories", params={"user_id": user})
+    ids = {item["content"]: str(item["id"]) for item in resp.json()["items"]}
+    parrot, bird = ids["user: I adopted a parrot named Kiwi"], ids["assistant: What a lovely bird!"]
+    assert set(await _sparse_hits(idle_app, user, "kiwi")) == {parrot, bird}
+    await post_messages(idle_app, session, user, [turn("Thanks!")], wait=False)
+
+    vectors = idle_app.resources.vectors
+    real_upsert = vectors.upsert
+
+    deleted: list[str] = []
+
+    async def delete_then_upsert(points: Any) -> None:
+        # Once: the delete's own rebuild of the bird turn comes through here too.
+        if not deleted and any(str(p.id) == bird for p in points):
+            deleted.append(parrot)
+            resp = await idle_app.client.delete(f"/v1/memories/{parrot}", params={"user_id": user})
+            assert resp.is_success, resp.text
+        await real_upsert(points)
+
+    vectors.upsert = delete_then_upsert  # type: ignore[method-assign]
+    try:
+        assert await promoter.run_once() == 1
+    finally:
+        vectors.upsert = real_upsert  # type: ignore[method-assign]
+    assert await _sparse_hits(idle_app, user, "kiwi") == []

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.chunking import LogMessage, chunk_turns, heuristic_importance, memory_id
+from app.core.chunking import Chunk, LogMessage, chunk_turns, heuristic_importance, memory_id
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -46,25 +46,42 @@ def test_messages_without_client_id_get_a_seq_source() -> None:
     assert chunk.sources == [{"session_id": "s1", "message_id": "seq:7", "seq": 7}]
 
 
-@given(st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=30), st.data())
-def test_chunks_do_not_depend_on_batch_boundaries(texts: list[str], data: st.DataObject) -> None:
-    messages = [msg(i + 1, t, "user" if i % 2 else "assistant") for i, t in enumerate(texts)]
-    whole = chunk_turns("t", "i0", [], messages, dense_context=1, sparse_context=2)
-    cut = data.draw(st.integers(0, len(messages)))
-    later = chunk_turns(
-        "t", "i0", messages[:cut], messages[cut:], dense_context=1, sparse_context=2
+def cut(
+    context: list[LogMessage], new: list[LogMessage], following: list[LogMessage] | None = None
+) -> list[Chunk]:
+    """As promotion and reindex chunk: the next turn within 5 seqs, context within 8."""
+    return chunk_turns(
+        "t",
+        "i0",
+        context,
+        new,
+        dense_context=1,
+        sparse_context=2,
+        following=following or [],
+        next_within=5,
+        back_within=8,
     )
-    first = chunk_turns("t", "i0", [], messages[:cut], dense_context=1, sparse_context=2)
+
+
+ROLES = st.sampled_from(["user", "assistant", "system"])
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=30), ROLES), max_size=40), st.data())
+def test_chunks_do_not_depend_on_batch_boundaries(
+    texts: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    messages = [msg(i + 1, t, role) for i, (t, role) in enumerate(texts)]
+    whole = cut([], messages)
+    at = data.draw(st.integers(0, len(messages)))
+    later = cut(messages[:at], messages[at:])
+    first = cut([], messages[:at])
     # Promoted before the rest arrived, the last turn of the first batch lacks its next
     # turn; rebuilt with the log after it (as promotion rebuilds it), it is the same.
-    rebuilt = chunk_turns(
-        "t", "i0", [], messages[:cut], dense_context=1, sparse_context=2, following=messages[cut:]
-    )
+    rebuilt = cut([], messages[:at], messages[at:])
     assert rebuilt + later == whole
     assert first[:-1] == rebuilt[:-1]
-    if first and later:
+    if first:
         assert first[-1].after is None
-        assert rebuilt[-1].after == later[0].content
 
 
 def test_a_turn_is_indexed_with_the_next_turn_once_it_is_in_the_log() -> None:
@@ -73,13 +90,32 @@ def test_a_turn_is_indexed_with_the_next_turn_once_it_is_in_the_log() -> None:
         msg(2, "Be terse.", "system"),
         msg(3, "Wow, a car shop, congrats!", "assistant"),
     ]
-    [first, second] = chunk_turns("t", "i0", [], history, dense_context=1, sparse_context=2)
+    [first, second] = cut([], history)
     assert first.after == "assistant: Wow, a car shop, congrats!"  # the system message skipped
     assert second.after is None
-    [alone] = chunk_turns(
-        "t", "i0", [], history[:1], dense_context=1, sparse_context=2, following=history[1:]
-    )
+    [alone] = cut([], history[:1], history[1:])
     assert alone == first
+    # Off unless asked for.
+    [plain, _] = chunk_turns("t", "i0", [], history, dense_context=1, sparse_context=2)
+    assert plain.after is None
+
+
+def test_neighbours_further_than_a_rebuild_reads_are_left_out() -> None:
+    """A rebuild reads 8 messages before a turn and 5 after it: a turn with more system
+    messages between it and its neighbour is indexed without that neighbour, in a batch
+    too, so the two agree."""
+    history = [
+        msg(1, "I opened my own car shop!"),
+        *(msg(seq, "Be terse.", "system") for seq in range(2, 8)),
+        msg(8, "Congrats!", "assistant"),
+        *(msg(seq, "Be kind.", "system") for seq in range(9, 17)),
+        msg(17, "Thanks!"),
+    ]
+    [shop, congrats, thanks] = cut([], history)
+    assert shop.after is None  # 7 seqs on
+    assert congrats.sparse_context == ["user: I opened my own car shop!"]  # 7 back
+    assert congrats.after is None  # 9 on
+    assert thanks.sparse_context == []  # 9 back
 
 
 def test_ids_are_deterministic_and_scoped() -> None:
