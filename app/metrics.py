@@ -246,6 +246,7 @@ class MeteredEmbedder:
         self.inner = inner
         self.model_id = inner.model_id
         self.dim = inner.dim
+        self.local = inner.local
         self._seconds = {k: metrics.embedding_seconds.labels(k) for k in ("query", "bulk")}
         self._batch = {k: metrics.embedding_batch.labels(k) for k in ("query", "bulk")}
         self._texts = {k: metrics.embedding_texts.labels(k) for k in ("query", "bulk")}

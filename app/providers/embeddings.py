@@ -26,6 +26,9 @@ from app.providers.pieces import SentencePieces
 class Embedder(Protocol):
     model_id: str
     dim: int
+    # The model runs in this process: its calls take this process's cores (and partly its
+    # GIL), so work done beside them slows them down rather than overlapping them.
+    local: bool
 
     async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
         """`bulk` marks background batches (promotion), kept off the queries' path."""
@@ -46,6 +49,7 @@ class LocalUSE:
 
     model_id = "use-m3"
     dim = 512
+    local = True
     batch_size = 64
 
     def __init__(
@@ -159,6 +163,7 @@ class OpenAIEmbedder:
     """Any `/v1/embeddings` endpoint (OpenAI, vLLM, Ollama, TEI)."""
 
     batch_size = 128
+    local = False
 
     def __init__(
         self,

@@ -129,6 +129,23 @@ async def embed_chunks(
     return kept, out, turns
 
 
+async def warm_lines(embedder: Embedder, lines: list[str], cache: LineCache) -> int:
+    """Embed the lines the cache does not hold into it; how many were embedded.
+
+    Only a cache is filled: a line the provider refuses is left out, and whoever needs it
+    embeds it again (and meets the refusal itself, as `embed_chunks` handles it)."""
+    todo = [line for line in dict.fromkeys(lines) if cache.get(line) is None]
+    if not todo:
+        return 0
+    try:
+        fresh = await _embed_lines(embedder, todo)
+    except EmbeddingRejected:
+        return 0
+    for line, vector in fresh.items():
+        cache.put(line, vector)
+    return len(fresh)
+
+
 async def _embed_lines(embedder: Embedder, lines: list[str]) -> dict[str, np.ndarray[Any, Any]]:
     """Each line's vector, a long line's as the mean of its windows' (`embedding_windows`)."""
     windows = [embedding_windows(line) for line in lines]

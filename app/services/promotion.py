@@ -44,6 +44,7 @@ from app.services.indexing import (
     context_lookback,
     embed_chunks,
     log_message,
+    warm_lines,
 )
 from app.services.reindex import PointPlan, Reindexer
 from app.settings import Settings
@@ -105,8 +106,9 @@ class Promoter:
         self.stop = stop or asyncio.Event()
         self.signals = signals
         # The vectors of the lines embedded lately: a slice's context turns were the last
-        # slice's new ones, and a long turn costs tenths of a second to embed again.
-        self.recent_lines = LineCache(512)
+        # slice's new ones, and a long turn costs tenths of a second to embed again. It
+        # also holds the next slices embedded ahead (`_look_ahead`), at most half of it.
+        self.recent_lines = LineCache(1024)
         self.reindexer = Reindexer(db, vectors, embedder, settings, self.recent_lines)
         # Whether the last pass left messages behind (a slice's bound, or more sessions than
         # one pass claims): the worker then goes on at once, never pausing to gather.
@@ -157,6 +159,7 @@ class Promoter:
             slices.pop(n, None)
 
         done, cut = 0, False
+        ahead: asyncio.Task[None] | None = None
         try:
             for n, claim in enumerate(claims):
                 try:
@@ -178,6 +181,7 @@ class Promoter:
                         embedded.update(await self._embed_all(piece.to_embed))
                     except Exception:
                         failed(n)
+            ahead = self._look_ahead(claims, slices)
             for n, claim in enumerate(claims):
                 piece = slices.get(n)
                 try:
@@ -194,12 +198,70 @@ class Promoter:
                     if n not in released:
                         released.add(n)
                         await self._release(claim, retry.get(n))
+        except BaseException:
+            if ahead is not None:
+                ahead.cancel()  # the pass is failing or being cancelled: no waiting on it
+            raise
         finally:
             for n, claim in enumerate(claims):
                 if n not in released:
                     with contextlib.suppress(Exception):
                         await self._release(claim, retry.get(n))
+            if ahead is not None:
+                await self._finish_ahead(ahead)
         return done, cut
+
+    def _look_ahead(
+        self, claims: list[Claim], slices: dict[int, _Slice]
+    ) -> asyncio.Task[None] | None:
+        """Embed the next slice of each session this pass leaves a backlog in, into the
+        line cache, while the pass writes: with a model in another process (an embedding
+        server), its calls and the writes overlap instead of taking turns (a bulk import of
+        one session: 181-189 -> 226-241 msg/s, bench/README.md). Not with the bundled
+        model: it shares this process's two cores with the writes, measured the same
+        either way (272-276 msg/s), and would only crowd the requests served beside it.
+        Only a cache is filled: the next pass reads and plans its slice as always, and
+        finds its lines embedded."""
+        behind = [(claims[n], p.upto) for n, p in slices.items() if p.upto < claims[n].last_seq]
+        if not behind or self.stop.is_set() or self.embedder.local:
+            return None
+        return asyncio.create_task(self._warm_next(behind), name="strata-promotion-ahead")
+
+    async def _warm_next(self, behind: list[tuple[Claim, int]]) -> None:
+        budget = self.recent_lines.size // 2
+        lines: list[str] = []
+        async with self.db.read() as tx:
+            for claim, upto in behind:
+                rows = await message_store.seq_range(
+                    tx,
+                    claim.tenant_id,
+                    claim.session_id,
+                    after_seq=upto,
+                    upto_seq=min(claim.last_seq, upto + self.settings.worker_batch_messages),
+                )
+                new = slice_by_chars(
+                    [log_message(r) for r in rows], self.settings.worker_slice_chars
+                )
+                lines += [m.line for m in new if m.role in INDEXED_ROLES]
+                if len(lines) >= budget:
+                    break
+        await warm_lines(self.embedder, lines[:budget], self.recent_lines)
+
+    async def _finish_ahead(self, ahead: asyncio.Task[None]) -> None:
+        """Let the look-ahead finish (it ran beside the writes, so it is mostly done),
+        unless the worker is stopping; its failure costs only its cache entries."""
+        if self.stop.is_set():
+            ahead.cancel()
+        try:
+            await ahead
+        except asyncio.CancelledError:
+            if not ahead.cancelled():
+                raise  # this pass itself is being cancelled
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+        except Exception:
+            log.debug("embedding the next slices ahead failed", exc_info=True)
 
     async def _release(self, claim: Claim, retry_at: datetime | None) -> None:
         async with self.db.transaction() as tx:

@@ -125,7 +125,7 @@ class _HangingEmbedder:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.model_id, self.dim = inner.model_id, inner.dim
+        self.model_id, self.dim, self.local = inner.model_id, inner.dim, inner.local
         self.entered = asyncio.Event()
         self.cancelled = False
 

@@ -490,3 +490,134 @@ async def test_a_context_turn_deleted_mid_promotion_leaves_the_turn_before_witho
     finally:
         vectors.upsert = real_upsert  # type: ignore[method-assign]
     assert await _sparse_hits(idle_app, user, "kiwi") == []
+
+
+def _counting_embedder(
+    calls: list[list[str]], refuse: Callable[[list[str]], bool] | None = None, gate: Any = None
+) -> OpenAIEmbedder:
+    """A stub provider that records each call's lines; `refuse` answers 503 to the calls it
+    picks, and a call `gate` picks waits until `gate.open` is set."""
+
+    async def provider(request: httpx.Request) -> httpx.Response:
+        texts: list[str] = json.loads(request.content)["input"]
+        calls.append(texts)
+        if gate is not None and gate.picks(texts):
+            await gate.open.wait()
+        if refuse is not None and refuse(texts):
+            return httpx.Response(503)
+        return httpx.Response(
+            200, json={"data": [{"index": i, "embedding": [1.0] * 512} for i in range(len(texts))]}
+        )
+
+    return OpenAIEmbedder(
+        httpx.AsyncClient(transport=httpx.MockTransport(provider), base_url="http://provider"),
+        model="stub",
+        dim=512,
+        retries=0,
+    )
+
+
+async def test_a_pass_embeds_the_next_slice_of_a_backlog_while_it_writes(
+    idle_app: Running,
+) -> None:
+    """A session with more than one slice of backlog (slices of 7 here): while a pass writes,
+    the next slice's lines are embedded, so the next pass asks the model for nothing."""
+    user, session = "u-ahead", "s-ahead"
+    calls: list[list[str]] = []
+    embedder = _counting_embedder(calls)
+    r = idle_app.resources
+    promoter = Promoter(r.db, r.vectors, embedder, r.settings, owner="w")
+    await post_messages(
+        idle_app, session, user, [turn(f"ahead fact {i}") for i in range(1, 21)], wait=False
+    )
+    lines = [f"user: ahead fact {i}" for i in range(1, 21)]
+
+    assert await promoter.run_once() == 7
+    assert [sorted(c) for c in calls] == [sorted(lines[0:7]), sorted(lines[7:14])]
+    assert await promoter.run_once() == 7
+    assert [sorted(c) for c in calls[2:]] == [sorted(lines[14:20])]  # only the third slice
+    assert await promoter.run_once() == 6
+    assert len(calls) == 3  # nothing left behind: nothing embedded ahead
+    assert await counts(idle_app, session) == (20, 20, 20)
+    found = await recall(idle_app, user, "ahead fact 12", min_relevance=0)
+    assert "user: ahead fact 12" in [f["content"] for f in found]
+    await embedder.close()
+
+
+async def test_a_refused_look_ahead_costs_the_pass_nothing(idle_app: Running) -> None:
+    """The provider refuses the lines embedded ahead: the pass still commits without a
+    failure, and the next pass embeds its slice itself."""
+    user, session = "u-ahead-refused", "s-ahead-refused"
+    calls: list[list[str]] = []
+    refusing = [True]
+    embedder = _counting_embedder(
+        calls, refuse=lambda texts: refusing[0] and "user: refused 9" in texts
+    )
+    r = idle_app.resources
+    promoter = Promoter(r.db, r.vectors, embedder, r.settings, owner="w")
+    await post_messages(
+        idle_app, session, user, [turn(f"refused {i}") for i in range(1, 11)], wait=False
+    )
+    assert await promoter.run_once() == 7
+    async with r.db.read() as tx:
+        row = await session_store.get(tx, r.settings.default_tenant, session)
+    assert row is not None
+    assert (row.indexed_seq, row.promote_failures, row.promote_retry_at) == (7, 0, None)
+    assert len(calls) == 2  # the slice, then the refused look-ahead
+
+    refusing[0] = False
+    assert await promoter.run_once() == 3
+    assert sorted(calls[2]) == sorted(f"user: refused {i}" for i in range(8, 11))
+    assert await counts(idle_app, session) == (10, 10, 10)
+    await embedder.close()
+
+
+async def test_a_stopping_worker_does_not_wait_for_its_look_ahead(idle_app: Running) -> None:
+    """The look-ahead's model call hangs and the worker is told to stop: the pass ends with
+    its slice committed, without waiting for the call."""
+    user, session = "u-ahead-stop", "s-ahead-stop"
+
+    class Gate:
+        open = asyncio.Event()
+        asked = asyncio.Event()
+
+        def picks(self, texts: list[str]) -> bool:
+            if "user: stuck 8" in texts:
+                self.asked.set()
+                return True
+            return False
+
+    gate = Gate()
+    calls: list[list[str]] = []
+    embedder = _counting_embedder(calls, gate=gate)
+    r = idle_app.resources
+    stop = asyncio.Event()
+    promoter = Promoter(r.db, r.vectors, embedder, r.settings, owner="w", stop=stop)
+    await post_messages(
+        idle_app, session, user, [turn(f"stuck {i}") for i in range(1, 11)], wait=False
+    )
+    passing = asyncio.create_task(promoter.run_once())
+    await asyncio.wait_for(gate.asked.wait(), 30)
+    stop.set()
+    assert await asyncio.wait_for(passing, 30) == 7
+    assert await counts(idle_app, session) == (7, 7, 7)
+    await embedder.close()
+
+
+async def test_a_model_in_this_process_is_not_asked_ahead(idle_app: Running) -> None:
+    """With the model computing in this process (the bundled one), embedding ahead would
+    only share the same cores with the writes: a pass embeds its own slice alone."""
+    user, session = "u-ahead-local", "s-ahead-local"
+    calls: list[list[str]] = []
+    embedder = _counting_embedder(calls)
+    embedder.local = True
+    r = idle_app.resources
+    promoter = Promoter(r.db, r.vectors, embedder, r.settings, owner="w")
+    await post_messages(
+        idle_app, session, user, [turn(f"local {i}") for i in range(1, 11)], wait=False
+    )
+    assert await promoter.run_once() == 7
+    assert len(calls) == 1
+    assert await promoter.run_once() == 3
+    assert len(calls) == 2
+    await embedder.close()

@@ -17,6 +17,7 @@ class CountingEmbedder:
 
     model_id = "counting"
     dim = 8
+    local = True
 
     def __init__(self) -> None:
         self.asked: list[str] = []
