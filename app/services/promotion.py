@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -319,15 +320,20 @@ class Promoter:
         # The whole range when it all fits (stepping over any gap in the log), else up to
         # the last message of the slice.
         new_upto = upto if len(new) == len(pending) else new[-1].seq
-        chunks = chunk_turns(
-            claim.tenant_id,
-            claim.incarnation,
-            context,
-            new,
-            dense_context=self.settings.dense_context_turns,
-            sparse_context=self.settings.sparse_context_turns,
-            next_within=ahead,
-            back_within=lookback,
+        # Off the event loop: ~0.17 ms a turn (its importance's patterns, mostly), so a
+        # 256-turn slice held the loop ~40 ms, and the api shares it with this worker.
+        chunks = await asyncio.to_thread(
+            functools.partial(
+                chunk_turns,
+                claim.tenant_id,
+                claim.incarnation,
+                context,
+                new,
+                dense_context=self.settings.dense_context_turns,
+                sparse_context=self.settings.sparse_context_turns,
+                next_within=ahead,
+                back_within=lookback,
+            )
         )
         extract = self.extract_facts and any(m.role == "user" for m in new)
         if not chunks:
@@ -424,7 +430,9 @@ class Promoter:
         vanished; the next pass redoes it.
         """
         done, same_text = await self._existing(claim, chunks)
-        plan = plan_batch(chunks, vectors, done, same_text, self.settings.dedupe_threshold)
+        plan = await asyncio.to_thread(
+            plan_batch, chunks, vectors, done, same_text, self.settings.dedupe_threshold
+        )
 
         def build() -> list[VectorPoint]:
             points = [self._point(claim, m, turns.get(m.chunk.id)) for m in plan.fresh]
