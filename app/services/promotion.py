@@ -250,9 +250,15 @@ class Promoter:
 
     async def _finish_ahead(self, ahead: asyncio.Task[None]) -> None:
         """Let the look-ahead finish (it ran beside the writes, so it is mostly done),
-        unless the worker is stopping; its failure costs only its cache entries."""
-        if self.stop.is_set():
-            ahead.cancel()
+        unless the worker is or starts stopping meanwhile; its failure costs only its cache
+        entries."""
+        stopping = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({ahead, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not ahead.done():
+                ahead.cancel()  # stopping, or this pass itself is being cancelled
         try:
             await ahead
         except asyncio.CancelledError:

@@ -495,8 +495,8 @@ async def test_a_context_turn_deleted_mid_promotion_leaves_the_turn_before_witho
 def _counting_embedder(
     calls: list[list[str]], refuse: Callable[[list[str]], bool] | None = None, gate: Any = None
 ) -> OpenAIEmbedder:
-    """A stub provider that records each call's lines; `refuse` answers 503 to the calls it
-    picks, and a call `gate` picks waits until `gate.open` is set."""
+    """A stub provider that records each call's lines; `refuse` refuses the calls it picks
+    (422), and a call `gate` picks waits until `gate.open` is set."""
 
     async def provider(request: httpx.Request) -> httpx.Response:
         texts: list[str] = json.loads(request.content)["input"]
@@ -504,7 +504,7 @@ def _counting_embedder(
         if gate is not None and gate.picks(texts):
             await gate.open.wait()
         if refuse is not None and refuse(texts):
-            return httpx.Response(503)
+            return httpx.Response(422)  # this text is refused (`EmbeddingRejected`)
         return httpx.Response(
             200, json={"data": [{"index": i, "embedding": [1.0] * 512} for i in range(len(texts))]}
         )
@@ -573,8 +573,9 @@ async def test_a_refused_look_ahead_costs_the_pass_nothing(idle_app: Running) ->
 
 
 async def test_a_stopping_worker_does_not_wait_for_its_look_ahead(idle_app: Running) -> None:
-    """The look-ahead's model call hangs and the worker is told to stop: the pass ends with
-    its slice committed, without waiting for the call."""
+    """The look-ahead's model call hangs, and the worker is told to stop once the pass has
+    committed its slice (so while it waits for the look-ahead): the pass ends without
+    waiting for the call."""
     user, session = "u-ahead-stop", "s-ahead-stop"
 
     class Gate:
@@ -598,8 +599,13 @@ async def test_a_stopping_worker_does_not_wait_for_its_look_ahead(idle_app: Runn
     )
     passing = asyncio.create_task(promoter.run_once())
     await asyncio.wait_for(gate.asked.wait(), 30)
+    for _ in range(600):  # until the slice is committed: the pass then waits on the call
+        if (await counts(idle_app, session))[2] == 7:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
     stop.set()
-    assert await asyncio.wait_for(passing, 30) == 7
+    assert await asyncio.wait_for(passing, 5) == 7
     assert await counts(idle_app, session) == (7, 7, 7)
     await embedder.close()
 
