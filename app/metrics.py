@@ -251,11 +251,13 @@ class MeteredEmbedder:
         self._batch = {k: metrics.embedding_batch.labels(k) for k in ("query", "bulk")}
         self._texts = {k: metrics.embedding_texts.labels(k) for k in ("query", "bulk")}
 
-    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
+    async def embed(
+        self, texts: Sequence[str], *, bulk: bool = False, query: bool = False
+    ) -> list[list[float]]:
         kind = "bulk" if bulk else "query"
         start = time.perf_counter()
         try:
-            return await self.inner.embed(texts, bulk=bulk)
+            return await self.inner.embed(texts, bulk=bulk, query=query)
         finally:
             self._seconds[kind].observe(time.perf_counter() - start)
             self._batch[kind].observe(len(texts))

@@ -79,7 +79,14 @@ def _embedder(settings: Settings) -> Embedder:
             headers=headers,
             timeout=settings.embedding_timeout_seconds,
         )
-        return OpenAIEmbedder(client, model=settings.embedding_model, dim=settings.embedding_dim)
+        return OpenAIEmbedder(
+            client,
+            model=settings.embedding_model,
+            dim=settings.embedding_dim,
+            query_model=settings.embedding_query_model,
+            query_prefix=settings.embedding_query_prefix,
+            document_prefix=settings.embedding_document_prefix,
+        )
     return LocalUSE(
         bulk_threads=settings.embed_bulk_threads,
         query_batch_max=settings.embed_query_batch_max,

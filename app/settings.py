@@ -208,6 +208,19 @@ class Settings(BaseSettings):
     embedding_url: str | None = None
     embedding_model: str = "text-embedding-3-small"
     embedding_dim: int = 1536
+    embedding_query_model: str | None = Field(
+        default=None,
+        description="the model name sent with search queries (default: embedding_model), "
+        "for servers that tell an asymmetric model's queries apart by name",
+    )
+    embedding_query_prefix: str = Field(
+        default="", max_length=200, description="put before each search query's text"
+    )
+    embedding_document_prefix: str = Field(
+        default="",
+        max_length=200,
+        description="put before each stored text (a change builds a new collection)",
+    )
     embedding_api_key: SecretStr | None = None
     embedding_timeout_seconds: float = 30.0
     malloc_arena_max: int = Field(

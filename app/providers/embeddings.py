@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -30,8 +31,12 @@ class Embedder(Protocol):
     # GIL), so work done beside them slows them down rather than overlapping them.
     local: bool
 
-    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
-        """`bulk` marks background batches (promotion), kept off the queries' path."""
+    async def embed(
+        self, texts: Sequence[str], *, bulk: bool = False, query: bool = False
+    ) -> list[list[float]]:
+        """`bulk` marks background batches (promotion), kept off the queries' path. `query`
+        marks a search query rather than something stored: asymmetric models (e5, bge,
+        nomic) embed the two apart; a symmetric one (USE) ignores it."""
         ...
 
     async def close(self) -> None: ...
@@ -107,7 +112,9 @@ class LocalUSE:
             out[index] = vectors[position]
         return out
 
-    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
+    async def embed(
+        self, texts: Sequence[str], *, bulk: bool = False, query: bool = False
+    ) -> list[list[float]]:
         if not texts:
             return []
         if not bulk:
@@ -160,7 +167,14 @@ _MIN_PART = 4
 
 
 class OpenAIEmbedder:
-    """Any `/v1/embeddings` endpoint (OpenAI, vLLM, Ollama, TEI)."""
+    """Any `/v1/embeddings` endpoint (OpenAI, vLLM, Ollama, TEI).
+
+    An asymmetric model embeds a search query apart from a stored text: some servers take
+    the kind from the model name (`query_model`), others want the model's own prefixes
+    in the text (`query_prefix`, `document_prefix`; e5's are "query: " and "passage: ").
+    The document prefix is part of `model_id`, so changing it builds a new collection
+    rather than mixing two kinds of vectors in one.
+    """
 
     batch_size = 128
     local = False
@@ -172,25 +186,39 @@ class OpenAIEmbedder:
         model: str,
         dim: int,
         retries: int = 2,
+        query_model: str | None = None,
+        query_prefix: str = "",
+        document_prefix: str = "",
     ) -> None:
         self.client = client
         self.model = model
+        self.query_model = query_model or model
+        self.query_prefix = query_prefix
+        self.document_prefix = document_prefix
         self.model_id = f"openai-{model}"
+        if document_prefix:
+            digest = hashlib.sha256(document_prefix.encode()).hexdigest()[:8]
+            self.model_id += f"-p{digest}"
         self.dim = dim
         self.retries = retries
 
-    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
+    async def embed(
+        self, texts: Sequence[str], *, bulk: bool = False, query: bool = False
+    ) -> list[list[float]]:
+        model = self.query_model if query else self.model
+        prefix = self.query_prefix if query else self.document_prefix
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            out.extend(await self._batch(list(texts[start : start + self.batch_size])))
+            part = [prefix + t for t in texts[start : start + self.batch_size]]
+            out.extend(await self._batch(model, part))
         return out
 
-    async def _batch(self, texts: list[str]) -> list[list[float]]:
+    async def _batch(self, model: str, texts: list[str]) -> list[list[float]]:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
                 resp = await self.client.post(
-                    "/v1/embeddings", json={"model": self.model, "input": texts}
+                    "/v1/embeddings", json={"model": model, "input": texts}
                 )
                 if resp.status_code >= 500 or resp.status_code == 429:
                     raise ProviderUnavailable(f"embedding provider answered {resp.status_code}")

@@ -177,7 +177,7 @@ class RecallService:
         if cached is not None:
             self._query_vectors.move_to_end(query)
             return cached
-        vector = (await self.embedder.embed([query]))[0]
+        vector = (await self.embedder.embed([query], query=True))[0]
         self._query_vectors[query] = vector
         if len(self._query_vectors) > QUERY_CACHE_SIZE:
             self._query_vectors.popitem(last=False)

@@ -85,3 +85,55 @@ async def test_openai_compatible_embeddings_and_a_refused_message(
         )
         assert refused.status_code == 422
         assert refused.json()["code"] == "embedding_rejected"
+
+
+async def test_an_asymmetric_model_gets_queries_and_stored_texts_apart(
+    start_app: Callable[..., Any], tmp_path: Path, ids: Callable[[str], str]
+) -> None:
+    """e5-style models: the query model name and prefix on the recall's query only, the
+    document prefix on every stored text (turns and a memory written by hand)."""
+    sent: list[tuple[str, str]] = []  # (model, text)
+    stub = FastAPI()
+
+    @stub.post("/v1/embeddings")
+    async def embeddings(body: dict[str, Any]) -> Any:
+        texts: list[str] = body["input"]
+        sent.extend((body["model"], t) for t in texts)
+        bare = [t.removeprefix("query: ").removeprefix("passage: ") for t in texts]
+        return {"data": [{"index": i, "embedding": _vector(t)} for i, t in enumerate(bare)]}
+
+    async with serve(stub) as url:
+        settings = embedded_settings(
+            tmp_path,
+            embedder="openai",
+            embedding_url=url,
+            embedding_model="e5-passage",
+            embedding_dim=DIM,
+            embedding_query_model="e5-query",
+            embedding_query_prefix="query: ",
+            embedding_document_prefix="passage: ",
+        )
+        async with start_app(settings) as running:
+            app: Running = running
+            user, session = ids("user"), ids("session")
+            await post_messages(
+                app,
+                session,
+                user,
+                [turn("the red bicycle is in the garage", id="a"), turn("blue kayak", id="b")],
+            )
+            written = await app.client.post(
+                "/v1/memories",
+                json={"user_id": user, "content": "green tent", "memory_type": "semantic"},
+            )
+            assert written.status_code == 201
+            stored = list(sent)
+            sent.clear()
+            found = await recall(app, user, "red bicycle garage", top_k=3)
+
+    assert [r["sources"][0]["message_id"] for r in found if r["sources"]][:1] == ["a"]
+    assert sent == [("e5-query", "query: red bicycle garage")]
+    assert stored
+    assert all(m == "e5-passage" and t.startswith("passage: ") for m, t in stored)
+    assert {"passage: green tent"} <= {t for _, t in stored}
+    assert any("red bicycle" in t for _, t in stored)

@@ -129,7 +129,9 @@ class _HangingEmbedder:
         self.entered = asyncio.Event()
         self.cancelled = False
 
-    async def embed(self, texts: Any, *, bulk: bool = False) -> list[list[float]]:
+    async def embed(
+        self, texts: Any, *, bulk: bool = False, query: bool = False
+    ) -> list[list[float]]:
         if not bulk:
             result: list[list[float]] = await self.inner.embed(texts)
             return result

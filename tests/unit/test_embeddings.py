@@ -111,3 +111,14 @@ def test_bulk_parts_cover_each_text_once_by_length(
     # By length across the calls, so none is padded beyond what one call would be.
     flat = [lengths[i] for part in parts for i in part]
     assert flat == sorted(flat)
+
+
+def test_a_document_prefix_is_part_of_the_model_id() -> None:
+    """Another prefix gives other stored vectors: a new collection, never a mix."""
+    client = httpx.AsyncClient(base_url="http://embeddings.test")
+    plain = OpenAIEmbedder(client, model="e5", dim=3)
+    prefixed = OpenAIEmbedder(client, model="e5", dim=3, document_prefix="passage: ")
+    other = OpenAIEmbedder(client, model="e5", dim=3, document_prefix="doc: ")
+    queried = OpenAIEmbedder(client, model="e5", dim=3, query_prefix="query: ")
+    assert plain.model_id == queried.model_id == "openai-e5"
+    assert len({plain.model_id, prefixed.model_id, other.model_id}) == 3

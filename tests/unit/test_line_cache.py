@@ -22,7 +22,9 @@ class CountingEmbedder:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> list[list[float]]:
+    async def embed(
+        self, texts: Sequence[str], *, bulk: bool = False, query: bool = False
+    ) -> list[list[float]]:
         self.asked.extend(texts)
         out = []
         for t in texts:
