@@ -6,6 +6,7 @@ Which stores run is derived from which URLs are set: with none set, Strata runs 
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.core.relevance import DEFAULT_MIN_RELEVANCE
+from app.core.relevance import DEFAULT_MIN_RELEVANCE, RELEVANCE_FEATURES
 
 
 class Settings(BaseSettings):
@@ -406,6 +407,14 @@ class Settings(BaseSettings):
         description="put the relevance of a memory in another language than the query (zh vs "
         "en) on the same-language scale (app.core.relevance.CrossLanguage); off only to refit it",
     )
+    relevance_weights: dict[str, float] | None = Field(
+        default=None,
+        description="the relevance calibration's coefficients for another encoder than the "
+        "bundled one (JSON: cos_turn, cos_chunk, cov_own, cov_chunk, bias), as "
+        "bench/experiments/recall_grid.py --embedding-url fits them; its cosines are on a "
+        "scale of their own. The cross-language map, fitted on the bundled encoder, is then "
+        "off",
+    )
     relevance_share: float = Field(
         default=0.5,
         ge=0,
@@ -514,6 +523,19 @@ class Settings(BaseSettings):
         for name, share in value.items():
             if not 0 <= share <= 1:
                 raise ValueError(f"the share of {name!r} must lie in [0, 1], not {share}")
+        return value
+
+    @field_validator("relevance_weights")
+    @classmethod
+    def _all_relevance_weights(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return value
+        if set(value) != set(RELEVANCE_FEATURES):
+            raise ValueError(
+                f"needs exactly the keys {', '.join(RELEVANCE_FEATURES)}, not {', '.join(value)}"
+            )
+        if not all(math.isfinite(v) for v in value.values()):
+            raise ValueError("every coefficient must be a finite number")
         return value
 
     @cached_property

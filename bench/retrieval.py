@@ -77,6 +77,57 @@ class Encoder:
             return np.zeros((0, 512), dtype=np.float32)
         return np.stack([self.cache[t] for t in texts])
 
+    def encode_queries(self, texts: Sequence[str]) -> Matrix:
+        """A symmetric model: queries as any other text."""
+        return self.encode(texts)
+
+
+class ServedEncoder:
+    """An OpenAI-compatible `/v1/embeddings` server, as the service's `STRATA_EMBEDDER=openai`
+    calls it (the same model names and prefixes for queries and stored texts), unit
+    vectors; each text is asked once per run."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        query_model: str | None = None,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        batch: int = 64,
+    ) -> None:
+        import httpx
+
+        self.client = httpx.Client(base_url=url, timeout=300)
+        self.kinds = {False: (model, document_prefix), True: (query_model or model, query_prefix)}
+        self.batch = batch
+        self.cache: dict[tuple[bool, str], NDArray[np.float32]] = {}
+
+    def _encode(self, texts: Sequence[str], query: bool) -> Matrix:
+        model, prefix = self.kinds[query]
+        todo = sorted((t for t in dict.fromkeys(texts) if (query, t) not in self.cache), key=len)
+        for start in range(0, len(todo), self.batch):
+            part = todo[start : start + self.batch]
+            resp = self.client.post(
+                "/v1/embeddings", json={"model": model, "input": [prefix + t for t in part]}
+            )
+            resp.raise_for_status()
+            data = sorted(resp.json()["data"], key=lambda d: d["index"])
+            vecs = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-9)
+            for text, v in zip(part, vecs, strict=True):
+                self.cache[(query, text)] = v
+        if not texts:
+            return np.zeros((0, 1), dtype=np.float32)
+        return np.stack([self.cache[(query, t)] for t in texts])
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        return self._encode(texts, False)
+
+    def encode_queries(self, texts: Sequence[str]) -> Matrix:
+        return self._encode(texts, True)
+
 
 def ranking(scores: NDArray[Any], positive_only: bool = False) -> list[int]:
     """Indices by descending score (stable); optionally only those scoring above zero."""

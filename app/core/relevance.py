@@ -162,6 +162,16 @@ PLAIN_COVERAGE = Calibration(
 )
 
 
+# The coefficients a deployment sets for another encoder (`STRATA_RELEVANCE_WEIGHTS`).
+RELEVANCE_FEATURES = ("cos_turn", "cos_chunk", "cov_own", "cov_chunk", "bias")
+
+
+def fitted(weights: dict[str, float]) -> Calibration:
+    """A calibration from coefficients fitted for another encoder: the same shift, no
+    cross-language map (its level was set on the bundled encoder's cosines)."""
+    return Calibration(**weights, shift=PLAIN_COVERAGE.shift, cross=None)
+
+
 # Recall's default `min_relevance` (bench/README.md, "Cross-language relevance": the
 # measured table). LoCoMo gives the same figures with no threshold; 0.4 cost LongMemEval_S a
 # question and emptied no more of the bilingual set's no-match questions.

@@ -190,6 +190,8 @@ class Score:
         penalties: ranking.Penalties | None = None,
     ) -> None:
         self.settings = settings
+        if settings.relevance_weights is not None:
+            calibration = relevance.fitted(settings.relevance_weights)
         # Off, a cross-language pair is scored as any other (the map is then refitted
         # against such a server: bench/experiments/cross_language_fit.py).
         self.calibration = (

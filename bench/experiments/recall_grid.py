@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchlib import JSON, write_json
 from locomo import load_conversations
-from retrieval import Encoder
+from retrieval import Encoder, ServedEncoder
 
 from app.core import chunking, scoring, terms
 from app.settings import Settings
@@ -102,7 +102,7 @@ class Corpus:
     change: Vec = field(init=False)
     asks: Vec = field(init=False)
 
-    def build(self, encoder: Encoder) -> Corpus:
+    def build(self, encoder: Encoder | ServedEncoder) -> Corpus:
         s = SETTINGS
         lines = [t.line for t in self.turns]
         self.turn_dense = encoder.encode(lines)
@@ -457,9 +457,11 @@ class Prepared:
     feats: dict[str, Features]
 
 
-def prepare(users: dict[str, list[Turn]], queries: list[Query], encoder: Encoder) -> Prepared:
+def prepare(
+    users: dict[str, list[Turn]], queries: list[Query], encoder: Encoder | ServedEncoder
+) -> Prepared:
     corpus = {u: Corpus(t).build(encoder) for u, t in users.items()}
-    qv = encoder.encode([q.text for q in queries])
+    qv = encoder.encode_queries([q.text for q in queries])
     feats = {q.id: features(corpus[q.user], q.text, qv[i], q.as_of) for i, q in enumerate(queries)}
     return Prepared(corpus, queries, feats)
 
@@ -660,9 +662,28 @@ def main() -> int:
     )
     ap.add_argument("--fit-conversations", type=int, default=3, help="LoCoMo conversations 0..N-1")
     ap.add_argument("--out", type=Path, default=Path("bench/results/recall_grid.json"))
+    ap.add_argument(
+        "--embedding-url",
+        help="fit for this OpenAI-compatible server instead of the bundled encoder (then also "
+        "--embedding-model, and the service's query model and prefixes if it uses them)",
+    )
+    ap.add_argument("--embedding-model", default="text-embedding-3-small")
+    ap.add_argument("--embedding-query-model")
+    ap.add_argument("--embedding-query-prefix", default="")
+    ap.add_argument("--embedding-document-prefix", default="")
     args = ap.parse_args()
     t0 = time.monotonic()
-    encoder = Encoder(threads=2)
+    encoder: Encoder | ServedEncoder = (
+        ServedEncoder(
+            args.embedding_url,
+            args.embedding_model,
+            query_model=args.embedding_query_model,
+            query_prefix=args.embedding_query_prefix,
+            document_prefix=args.embedding_document_prefix,
+        )
+        if args.embedding_url
+        else Encoder(threads=2)
+    )
     lo_users, lo_queries = locomo_sets(args.locomo)
     fit_users = set(list(dict.fromkeys(q.user for q in lo_queries))[: args.fit_conversations])
     lo = prepare(lo_users, lo_queries, encoder)
@@ -712,6 +733,9 @@ def main() -> int:
         + f" + {w3[-1]:.3f}"
     )
     cal3 = calibrator(w3, design_plain)
+    names = ("cos_turn", "cos_chunk", "cov_own", "cov_chunk", "bias")
+    weights = {n: round(float(b), 3) for n, b in zip(names, w3, strict=True)}
+    print(f"STRATA_RELEVANCE_WEIGHTS='{json.dumps(weights)}'")
 
     def shifted3(f: Features) -> Vec:
         p_ = cal3(f)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
+import math
 import uuid
 from array import array
 from datetime import UTC, datetime, timedelta
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from app.core import ranking, relevance, scoring, terms
 from app.schemas.recall import RecallRequest
@@ -540,3 +543,42 @@ def test_text_facts_agree_with_the_ranking_rules(content: str, role: str) -> Non
         assert facts.asks_only(max_terms) == ranking.asks_only(role, own, max_terms)
     assert facts.language == ranking.language(own)
     assert facts.states_change == ranking.states_change(own)
+
+
+def test_relevance_weights_for_another_encoder_replace_the_bundled_calibration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fitted for another encoder (its cosines on a scale of their own), from the
+    environment's JSON: those coefficients, and no cross-language map."""
+    weights = {"cos_turn": 1.0, "cos_chunk": 2.0, "cov_own": 0.5, "cov_chunk": 0.25, "bias": -9.0}
+    monkeypatch.setenv("STRATA_RELEVANCE_WEIGHTS", json.dumps(weights))
+    own = Score(Settings(_env_file=None))
+    near = [0.9, 0.43589, 0.0]  # cosine 0.9 with QUERY
+    zh = hit(1, content="我上个月搬到了里斯本", dense=near, turn=near)
+    en = hit(2, content="I moved to Lisbon last month", dense=near, turn=near)
+    pool = Pool(CandidateLists([zh, en], []), 0, QUERY, frozenset())
+    got = {c.hit.id.int: c.semantic for c in own(spec(query="where do I live"), pool)}
+    want = relevance.sigmoid(1.0 * 0.9 + 2.0 * 0.9 - 9.0 + relevance.PLAIN_COVERAGE.shift)
+    assert abs(got[2] - want) < 1e-6
+    assert abs(got[1] - want) < 1e-6  # the Chinese memory too: no map
+    bundled = {c.hit.id.int: c.semantic for c in score(spec(query="where do I live"), pool)}
+    assert bundled[2] != got[2]
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"cos_turn": 1.0}, "needs exactly the keys"),
+        (
+            {"cos_turn": 1, "cos_chunk": 1, "cov_own": 1, "cov_chunk": 1, "bias": 1, "x": 1},
+            "needs exactly the keys",
+        ),
+        (
+            {"cos_turn": 1, "cos_chunk": 1, "cov_own": 1, "cov_chunk": 1, "bias": math.inf},
+            "finite",
+        ),
+    ],
+)
+def test_relevance_weights_are_all_five_and_finite(weights: dict[str, float], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings(_env_file=None, relevance_weights=weights)
