@@ -541,8 +541,8 @@ class Promoter:
         before: Memory | None = None,
     ) -> bool:
         """The batch's rows, its merges, their events and the watermark: one transaction,
-        valid only while we hold the lease. Returns whether `before` (the row the turn
-        before the slice was re-pointed from) is still as read, under its lock."""
+        valid only while we hold the lease. Returns whether the point re-pointed from `before`
+        (the row of the turn before the slice) stands, under its lock (`_merge`)."""
         now = self.clock()
         if not await session_store.advance_watermark(
             tx,
@@ -580,16 +580,29 @@ class Promoter:
     ) -> tuple[list[AuditEvent], list[tuple[uuid.UUID, PayloadPatch]], bool]:
         """Apply each gain to its memory as it is now, under a row lock, not as read before
         the plan; returns the events and the index updates of the memories that changed,
-        and whether `before` is unchanged (locked with them, in one id order)."""
+        and whether the point written for `before` stands: its row is as read, or only its
+        payload moved and is patched here (locked with them, in one id order)."""
         ids = [*gains, *([before.id] if before is not None and before.id not in gains else [])]
         locked = await memory_store.lock_live(tx, claim.tenant_id, claim.user_id, ids)
         found = {m.id: m for m in locked}
-        unchanged = before is None or (before.id in found and _same_point(before, found[before.id]))
         live = [m for m in locked if m.id in gains]
         if len(live) != len(gains):
             raise _Stale  # a merge target was deleted meanwhile: redo the batch
         events: list[AuditEvent] = []
         patches: list[tuple[uuid.UUID, PayloadPatch]] = []
+        now_before = found.get(before.id) if before is not None else None
+        unchanged = before is None or (now_before is not None and _same_point(before, now_before))
+        if (
+            not unchanged
+            and before is not None
+            and now_before is not None
+            and now_before.content == before.content
+        ):
+            # Only its payload moved since the read (a reinforcement flush, a PATCH of its
+            # metadata): the point written from the read takes the row's payload here,
+            # under the lock, instead of being rebuilt after the commit.
+            patches.append((now_before.id, MemoryPayload.from_row(now_before).as_patch()))
+            unchanged = True
         for target in live:
             gain = gains[target.id]
             merged = apply_gain(target.sources, target.created_at, gain)

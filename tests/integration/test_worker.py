@@ -627,3 +627,48 @@ async def test_a_model_in_this_process_is_not_asked_ahead(idle_app: Running) -> 
     assert await promoter.run_once() == 3
     assert len(calls) == 2
     await embedder.close()
+
+
+async def test_the_turn_before_whose_payload_moved_mid_promotion_is_patched_not_rebuilt(
+    idle_app: Running,
+) -> None:
+    """A write that changes only the payload of the turn before the slice (a PATCH of its
+    metadata, a reinforcement flush) between the slice's read and its commit: the point
+    written from the read takes the row's payload under the lock, without a rebuild."""
+    user, session = "u-before-patched", "s-before-patched"
+    promoter = build_promoter(idle_app.resources, "w")
+    await post_messages(idle_app, session, user, [turn("My gym locker code is 4711")], wait=False)
+    assert await promoter.run_once() == 1
+    locker = await _only_memory(idle_app, user)
+    await post_messages(idle_app, session, user, [turn("Noted.", role="assistant")], wait=False)
+
+    vectors = idle_app.resources.vectors
+    real_upsert = vectors.upsert
+    rebuilt: list[Any] = []
+    real_rebuild = promoter.reindexer.rebuild_rows
+
+    async def patch_then_upsert(points: Any) -> None:
+        if not rebuilt and any(str(p.id) == locker for p in points):
+            rebuilt.append(None)  # once: mark that the PATCH ran
+            resp = await idle_app.client.patch(
+                f"/v1/memories/{locker}",
+                params={"user_id": user},
+                json={"user_id": user, "metadata": {"tag": "gym"}},
+            )
+            assert resp.is_success, resp.text
+        await real_upsert(points)
+
+    async def counting_rebuild(rows: Any) -> Any:
+        rebuilt.extend(rows)
+        return await real_rebuild(rows)
+
+    vectors.upsert = patch_then_upsert  # type: ignore[method-assign]
+    promoter.reindexer.rebuild_rows = counting_rebuild  # type: ignore[method-assign]
+    try:
+        assert await promoter.run_once() == 1
+    finally:
+        vectors.upsert = real_upsert  # type: ignore[method-assign]
+        promoter.reindexer.rebuild_rows = real_rebuild  # type: ignore[method-assign]
+    assert rebuilt == [None]  # the PATCH ran, nothing was rebuilt
+    found = await recall(idle_app, user, "gym locker code", min_relevance=0)
+    assert [r["metadata"] for r in found if r["id"] == locker] == [{"tag": "gym"}]
