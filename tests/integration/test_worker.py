@@ -385,17 +385,26 @@ async def test_a_deleted_turn_is_no_context_for_the_turns_promoted_after_it(
     assert await _sparse_hits(idle_app, user, "lovely bird") == [await _only_memory(idle_app, user)]
 
 
+async def _a_turn_then_its_reply(
+    idle_app: Running, user: str, session: str
+) -> tuple[Promoter, str]:
+    """A promoted turn (its memory's id returned) and its reply, not promoted yet: the next
+    pass re-points that turn as the turn before its slice."""
+    promoter = build_promoter(idle_app.resources, "w")
+    await post_messages(idle_app, session, user, [turn("My gym locker code is 4711")], wait=False)
+    assert await promoter.run_once() == 1
+    locker = await _only_memory(idle_app, user)
+    await post_messages(idle_app, session, user, [turn("Noted.", role="assistant")], wait=False)
+    return promoter, locker
+
+
 async def test_the_turn_before_deleted_mid_promotion_stays_out_of_the_index(
     idle_app: Running,
 ) -> None:
     """The turn before a slice is re-pointed with the slice (its next turn's terms); if
     its memory is deleted between that write and the commit, its point must not come back."""
     user, session = "u-before-gone", "s-before-gone"
-    promoter = build_promoter(idle_app.resources, "w")
-    await post_messages(idle_app, session, user, [turn("My gym locker code is 4711")], wait=False)
-    assert await promoter.run_once() == 1
-    locker = await _only_memory(idle_app, user)
-    await post_messages(idle_app, session, user, [turn("Noted.", role="assistant")], wait=False)
+    promoter, locker = await _a_turn_then_its_reply(idle_app, user, session)
 
     vectors = idle_app.resources.vectors
     real_upsert = vectors.upsert
@@ -636,11 +645,7 @@ async def test_the_turn_before_whose_payload_moved_mid_promotion_is_patched_not_
     metadata, a reinforcement flush) between the slice's read and its commit: the point
     written from the read takes the row's payload under the lock, without a rebuild."""
     user, session = "u-before-patched", "s-before-patched"
-    promoter = build_promoter(idle_app.resources, "w")
-    await post_messages(idle_app, session, user, [turn("My gym locker code is 4711")], wait=False)
-    assert await promoter.run_once() == 1
-    locker = await _only_memory(idle_app, user)
-    await post_messages(idle_app, session, user, [turn("Noted.", role="assistant")], wait=False)
+    promoter, locker = await _a_turn_then_its_reply(idle_app, user, session)
 
     vectors = idle_app.resources.vectors
     real_upsert = vectors.upsert
