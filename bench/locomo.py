@@ -465,6 +465,7 @@ async def main_async(args: argparse.Namespace) -> int:
                         for e in a.question.evidence
                     },
                     "took_ms": a.took_ms,
+                    "ranked": a.ranked_ids,
                 }
                 for a in good
             ],
