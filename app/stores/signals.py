@@ -146,7 +146,7 @@ class Signals:
                 await asyncio.sleep(max(1.0, self.breaker.retry_seconds))
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
 
     def _dispatch(self, channel: bytes | str, data: bytes | str) -> None:
         channel = channel.decode() if isinstance(channel, bytes) else channel

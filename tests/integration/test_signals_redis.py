@@ -39,7 +39,7 @@ async def test_what_ingest_and_a_waiting_request_publish() -> None:
         assert await _next_wake(pubsub) == URGENT_WAKE
         assert URGENT_WAKE.startswith(b"2:")
     finally:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
         await redis.delete("strata:{t:signals-test}:window", "strata:{t:signals-test}:scratchpad")
         await redis.aclose()
 

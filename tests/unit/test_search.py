@@ -545,6 +545,44 @@ def test_text_facts_agree_with_the_ranking_rules(content: str, role: str) -> Non
     assert facts.states_change == ranking.states_change(own)
 
 
+_WORDS = "Ana Lisbon moved I the 北京 我搬到了里斯本 不再 改成 好的 İstanbul café 42 2023年 instead"
+_MARKS = ["?", "？", ": ", ":", " ", "  ", "\n", "_", "-", "a:b", "x_y", "Moved"]
+_PIECES = st.sampled_from([*_WORDS.split(), *_MARKS])
+
+
+@given(
+    speaker=st.lists(_PIECES, max_size=3).map("".join),
+    text=st.lists(_PIECES, max_size=12).map("".join),
+    role=st.sampled_from(["user", "assistant", None]),
+)
+def test_text_facts_tokenize_once_and_say_what_three_tokenizations_said(
+    speaker: str, text: str, role: str | None
+) -> None:
+    """`text_facts` tokenizes a memory once; its facts are those of tokenizing the whole
+    content, the own text and the stripped text apart, as it did before (speakers and
+    texts that hold ": ", underscores, CJK next to Latin, nothing at all)."""
+    content = f"{speaker}: {text}" if role is not None else text
+    facts = text_facts.__wrapped__(content, role)
+    own = MemoryPayload.text_of(content, role)
+    assert list(facts.terms) == sorted({terms.term_id(t) for t in terms.tokenize(content)})
+    assert facts.own_terms == len(terms.tokenize(own))
+    question = role == "assistant" and own.strip().endswith(("?", "？"))
+    assert facts.question_terms == (len(terms.tokenize(own.strip())) if question else None)
+    assert facts.language == ranking.language(own)
+
+
+@given(st.lists(_PIECES, max_size=16).map("".join))
+def test_the_language_counts_characters_over_runs(text: str) -> None:
+    """`ranking.language` counts CJK and Latin letters run by run: the share of one match
+    a character, as before."""
+    ranges = (("\u3400", "\u4dbf"), ("\u4e00", "\u9fff"), ("\uf900", "\ufaff"))
+    cjk = sum(1 for ch in text if any(lo <= ch <= hi for lo, hi in ranges))
+    latin = sum(1 for ch in text if ch.isascii() and ch.isalpha())
+    share = cjk / (cjk + latin / 4) if cjk + latin else 0.0
+    expected = "zh" if share > 0.8 else "en" if share < 0.2 or not cjk + latin else "mixed"
+    assert ranking.language(text) == expected
+
+
 def test_relevance_weights_for_another_encoder_replace_the_bundled_calibration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
