@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.models import Message
@@ -24,19 +25,28 @@ async def existing_client_ids(
     found: set[str] = set()
     for start in range(0, len(client_ids), _INSERT_CHUNK):
         chunk = client_ids[start : start + _INSERT_CHUNK]
-        result = await tx.execute(
-            sa.select(Message.client_id).where(
-                Message.tenant_id == tenant_id,
-                Message.session_id == session_id,
-                Message.client_id.in_(chunk),
-            )
-        )
+        params = {"p_tenant": tenant_id, "p_session": session_id, "p_ids": chunk}
+        result = await tx.execute(_EXISTING, params)
         found.update(cid for cid in result.scalars() if cid is not None)
     return found
 
 
+# Built once: building a statement costs more CPU than SQLite running it.
+_EXISTING = sa.select(Message.client_id).where(
+    Message.tenant_id == sa.bindparam("p_tenant"),
+    Message.session_id == sa.bindparam("p_session"),
+    Message.client_id.in_(sa.bindparam("p_ids", expanding=True)),
+)
 _MESSAGES = cast(sa.Table, Message.__table__)
 _INSERT = _MESSAGES.insert()
+# One message with its client id unless that id is stored already: the unique (tenant,
+# session, client id) decides, in the statement that writes it (`insert_new`).
+_INSERT_NEW = {
+    name: make(_MESSAGES).on_conflict_do_nothing(
+        index_elements=["tenant_id", "session_id", "client_id"]
+    )
+    for name, make in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
 
 
 async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
@@ -45,6 +55,16 @@ async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
     params = [{("metadata" if k == "metadata_" else k): v for k, v in r.items()} for r in rows]
     for start in range(0, len(params), _INSERT_CHUNK):
         await tx.execute(_INSERT, params[start : start + _INSERT_CHUNK])
+
+
+async def insert_new(tx: AsyncSession, row: dict[str, Any]) -> bool:
+    """Insert one row that has a client id; False (nothing written) when the session holds
+    that id already. The usual ingest, one message that may be a retry, takes this one
+    statement where `existing_client_ids` and `insert_many` take two."""
+    dialect = tx.bind.dialect.name if tx.bind is not None else "postgresql"
+    params = {("metadata" if k == "metadata_" else k): v for k, v in row.items()}
+    result = await tx.execute(_INSERT_NEW[dialect], params)
+    return cast(sa.CursorResult[Any], result).rowcount == 1
 
 
 async def page(

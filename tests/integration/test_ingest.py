@@ -72,6 +72,28 @@ async def test_a_retry_of_stored_messages_leaves_the_session_as_it_was(
     assert (more["accepted"], more["last_seq"]) == (1, 4)
 
 
+async def test_a_retry_of_one_stored_message_is_a_duplicate_and_changes_nothing(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """One message with an id is written by a statement that skips a stored id (no read
+    first): its retry must still count as a duplicate, keep the original text, and leave
+    the session's `last_seq` and `updated_at` as they were."""
+    user, session = ids("user"), ids("session")
+    first = await post_messages(running, session, user, [turn("original", id="r1")], wait=False)
+    assert (first["accepted"], first["duplicates"], first["last_seq"]) == (1, 0, 1)
+    before = (await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})).json()
+    again = await post_messages(running, session, user, [turn("changed", id="r1")], wait=False)
+    assert (again["accepted"], again["duplicates"], again["last_seq"]) == (0, 1, 1)
+    after = (await running.client.get(f"/v1/sessions/{session}", params={"user_id": user})).json()
+    assert (after["last_seq"], after["updated_at"]) == (before["last_seq"], before["updated_at"])
+    page = (
+        await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
+    ).json()
+    assert [m["content"] for m in page["items"]] == ["original"]
+    nxt = await post_messages(running, session, user, [turn("next", id="r2")], wait=False)
+    assert (nxt["accepted"], nxt["last_seq"]) == (1, 2)
+
+
 async def test_same_id_twice_in_one_batch_is_stored_once(
     running: Running, ids: Callable[[str], str]
 ) -> None:
