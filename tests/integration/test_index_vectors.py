@@ -5,6 +5,9 @@ change promotion asks about carry the others similar to them."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -356,4 +359,63 @@ async def test_points_sharing_a_patch_are_patched_in_one_update(tmp_path: Path) 
     assert _payloads(await index.candidates(q))[first].access_count == 9  # the cache
     index._cached.clear()
     assert _payloads(await index.candidates(q))[first].access_count == 9  # the index
+    await index.close()
+
+
+async def test_a_search_runs_on_the_loop_when_the_shard_is_free_and_waits_off_it_when_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A free shard is searched on the event loop's thread (no thread hop); one held by a
+    write is waited for in a thread, so the loop goes on meanwhile, and the search then
+    answers as the free one did."""
+    rng = np.random.default_rng(5)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()
+    await index.upsert([point(i, rng) for i in range(40)])
+    _, q = query(2, rng)
+
+    hops: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        hops.append(getattr(fn, "__name__", "?"))
+        return await real_to_thread(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    free = await index.candidates(q)
+    assert hops == []  # searched in place
+    assert free.dense
+    assert free.sparse
+
+    held = threading.Event()
+    release = threading.Event()
+
+    def writer() -> None:  # a write holding the shard, as an upsert's thread does
+        with index._lock:
+            held.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    held.wait(5)
+    ticks = 0
+
+    async def beat() -> None:
+        nonlocal ticks
+        while not release.is_set():
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    async def let_go() -> None:
+        await asyncio.sleep(0.2)
+        release.set()
+
+    start = time.monotonic()
+    busy, _, _ = await asyncio.gather(index.candidates(q), beat(), let_go())
+    thread.join()
+    assert time.monotonic() - start >= 0.2  # it waited for the write
+    assert hops == ["locked"]  # in a thread
+    assert ticks >= 10  # and the loop went on meanwhile
+    assert [h.id for h in busy.dense] == [h.id for h in free.dense]
+    assert [h.id for h in busy.sparse] == [h.id for h in free.sparse]
     await index.close()
