@@ -1,7 +1,8 @@
 """The vector index in-process: Qdrant Edge (qdrant-edge-py) on disk, for the embedded mode.
 
-Its calls are synchronous and hold the GIL, so they run in a worker thread. Flags are
-stored as integers: Edge 0.9 matched nothing on a boolean `MatchValue(True)`.
+Its calls are synchronous and hold the GIL: writes run in a worker thread, and a recall's
+search on the event loop's thread when the shard is free (`_search`). Flags are stored as
+integers: Edge 0.9 matched nothing on a boolean `MatchValue(True)`.
 
 An index that stays fast as a user's history grows (bench/README.md, "Speed at scale"):
 without an HNSW graph every search is brute force (dense p50 ~17 ms at 100k points here,
