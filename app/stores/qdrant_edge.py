@@ -228,13 +228,27 @@ class QdrantEdgeIndex:
         # every switch interval; the loop's own code never does). Before the shard's lock,
         # so searches do not wait for it; a point that cannot be built fails here, before
         # anything is written or journaled for a graph being built.
-        op = await asyncio.to_thread(
-            lambda: qe.UpdateOperation.upsert_points([_edge_point(p) for p in points])
-        )
+        # A conversation's new turns are what its next recalls find: a small write puts
+        # them in the payload cache as a read would (the payload through its stored form),
+        # so those recalls do not read them back; an import's slice does not push a
+        # service's recalled points out of the cache.
+        through = self._cached_max > 0 and len(points) <= WRITE_THROUGH_POINTS
+
+        def build() -> tuple[Any, dict[uuid.UUID, _Stored]]:
+            op = qe.UpdateOperation.upsert_points([_edge_point(p) for p in points])
+            stored = {
+                p.id: (MemoryPayload.from_dict(p.payload.to_dict()), tuple(p.sparse.indices))
+                for p in (points if through else ())
+            }
+            return op, stored
+
+        op, stored = await asyncio.to_thread(build)
         terms: dict[uuid.UUID, tuple[UserKey, Sequence[int]] | None] = {
             p.id: ((p.payload.tenant_id, p.payload.user_id), p.sparse.indices) for p in points
         }
-        await self._write(lambda shard: shard.update(op), [p.id for p in points], terms=terms)
+        await self._write(
+            lambda shard: shard.update(op), [p.id for p in points], terms=terms, stored=stored
+        )
         self._unbuilt += len(points)
         self._points += len(points)
         self._maybe_build()
@@ -606,6 +620,7 @@ class QdrantEdgeIndex:
         *,
         patched: Sequence[tuple[uuid.UUID, PayloadPatch]] = (),
         terms: dict[uuid.UUID, tuple[UserKey, Sequence[int]] | None] | None = None,
+        stored: dict[uuid.UUID, _Stored] | None = None,
     ) -> None:
         """Apply a write to the live shard and, while a graph is being built, journal it
         for the copy (under the same lock, so the copy sees exactly the writes after it).
@@ -614,7 +629,8 @@ class QdrantEdgeIndex:
         payload patches, applied to the cached payloads alike (reinforcement patches the
         points recall just returned: dropping them would empty the cache it reads).
         `terms`: each written point's owner and sparse terms after the write (None: deleted),
-        so that the term counts move from its old terms, read first, to the new ones."""
+        so that the term counts move from its old terms, read first, to the new ones.
+        `stored`: what the cache holds of written points once the write has succeeded."""
 
         def forget(ids: Iterable[uuid.UUID]) -> None:
             for pid in ids:
@@ -648,6 +664,10 @@ class QdrantEdgeIndex:
                 if self._journal is not None:
                     self._journal.append(fn)
                 forget(touched)
+                if stored:
+                    self._cached.update(stored)
+                    while len(self._cached) > self._cached_max:
+                        self._cached.popitem(last=False)
                 for pid, patch in patched:
                     cached = self._cached.get(pid)
                     if cached is not None:
@@ -796,6 +816,9 @@ def _terms(record: Any) -> list[int]:
 
 
 _Stored = tuple[MemoryPayload, tuple[int, ...]]  # a point's payload and sparse terms
+# An upsert of at most this many points (a conversation's promotion pass, a memory written
+# by hand) fills the payload cache with them; a larger one (an import's slice) does not.
+WRITE_THROUGH_POINTS = 64
 _Cosines = dict[uuid.UUID, tuple[float, float]]  # the query's, with `dense` and `turn`
 # What one cached point holds: ~3.1 kB (tracemalloc over 10k points of a user seeded by
 # bench/seed.py: the `MemoryPayload` with its text and sources, and its terms).

@@ -6,6 +6,7 @@ change promotion asks about carry the others similar to them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ import pytest
 from app.core import terms
 from app.services.search import Pool, Score, SearchSpec
 from app.settings import Settings
-from app.stores.qdrant_edge import _CACHED_BYTES, QdrantEdgeIndex
+from app.stores.qdrant_edge import _CACHED_BYTES, WRITE_THROUGH_POINTS, QdrantEdgeIndex
 from app.stores.vectors import (
     CandidateLists,
     MemoryPayload,
@@ -418,4 +419,44 @@ async def test_a_search_runs_on_the_loop_when_the_shard_is_free_and_waits_off_it
     assert ticks >= 10  # and the loop went on meanwhile
     assert [h.id for h in busy.dense] == [h.id for h in free.dense]
     assert [h.id for h in busy.sparse] == [h.id for h in free.sparse]
+    await index.close()
+
+
+async def test_a_small_write_fills_the_payload_cache_as_a_read_would_and_an_import_does_not(
+    tmp_path: Path,
+) -> None:
+    """A conversation's promotion pass (a few points) leaves its points in the payload
+    cache, each as reading it back would give it, and a rewrite replaces them; an import's
+    slice (more than `WRITE_THROUGH_POINTS`) adds nothing to the cache."""
+    rng = np.random.default_rng(8)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, vector_cache_bytes=1000 * _CACHED_BYTES)
+    await index.ensure_collection()
+    await index.upsert([point(i, rng) for i in range(WRITE_THROUGH_POINTS + 1)])
+    assert not index._cached
+
+    small = [point(i, rng) for i in range(100, 110)]
+    await index.upsert(small)
+    assert set(index._cached) == {p.id for p in small}
+    written = dict(index._cached)
+    index._cached.clear()
+    with index._lock:
+        assert index._stored([p.id for p in small]) == written  # read back: the same
+
+    text = "tea paris rewritten"
+    again = [
+        VectorPoint(
+            p.id,
+            p.dense,
+            terms.document_vector(text),
+            dataclasses.replace(p.payload, content=text),
+            p.turn_vector,
+        )
+        for p in small[:3]
+    ]
+    await index.upsert(again)
+    rewritten = {pid: index._cached[pid] for pid in (p.id for p in again)}
+    assert {stored[0].content for stored in rewritten.values()} == {text}
+    index._cached.clear()
+    with index._lock:
+        assert index._stored(list(rewritten)) == rewritten
     await index.close()
