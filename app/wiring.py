@@ -169,6 +169,7 @@ def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None 
         stop=stop,
         signals=r.signals,
         extract_facts=build_fact_extractor(resources) is not None,
+        warm_scoring=r.settings.run_worker_in_process,
         clock=r.clock,
     )
 

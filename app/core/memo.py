@@ -80,6 +80,10 @@ class TextMemo(Generic[R]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: tuple[Any, ...]) -> bool:
+        """Whether `fn(*key)` is held, without computing it or moving it."""
+        return key in self._entries
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

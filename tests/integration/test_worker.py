@@ -677,3 +677,31 @@ async def test_the_turn_before_whose_payload_moved_mid_promotion_is_patched_not_
     assert rebuilt == [None]  # the PATCH ran, nothing was rebuilt
     found = await recall(idle_app, user, "gym locker code", min_relevance=0)
     assert [r["metadata"] for r in found if r["id"] == locker] == [{"tag": "gym"}]
+
+
+@pytest.mark.parametrize("warm", [True, False])
+async def test_a_pass_in_the_apis_process_has_its_turns_ready_for_scoring(
+    idle_app: Running, warm: bool
+) -> None:
+    """Embedded, recall scores in the worker's process: a conversation's pass works out its
+    new turns' text facts as it writes them, so the first recall that meets them does not
+    (a worker of its own, `warm_scoring` off, leaves them alone); an import's larger slice
+    does not fill the memo."""
+    from app.services.promotion import WARM_SCORING_TURNS
+    from app.services.search import text_facts
+
+    user, session = f"u-warm-{warm}", f"s-warm-{warm}"
+    r = idle_app.resources
+    settings = r.settings.model_copy(update={"worker_batch_messages": 256})
+    promoter = Promoter(r.db, r.vectors, r.embedder, settings, owner="w", warm_scoring=warm)
+    texts = [f"warm {warm} turn {i} about a ferry to Lisbon" for i in range(5)]
+    await post_messages(idle_app, session, user, [turn(t) for t in texts], wait=False)
+    text_facts.clear()
+    assert await promoter.run_once() == 5
+    assert [(f"user: {t}", "user") in text_facts for t in texts] == [warm] * 5
+
+    bulk = [f"import {warm} line {i}" for i in range(WARM_SCORING_TURNS + 1)]
+    await post_messages(idle_app, f"{session}-import", user, [turn(t) for t in bulk], wait=False)
+    text_facts.clear()
+    assert await promoter.run_once() == len(bulk)
+    assert not any((f"user: {t}", "user") in text_facts for t in bulk)
