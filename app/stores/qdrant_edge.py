@@ -207,6 +207,9 @@ class QdrantEdgeIndex:
         write)."""
         if self._terms_stale or not self._lock.acquire(blocking=False):
             return cast(T, await self._run(fn))
+        if self._terms_stale:  # a write failed between the look and the lock
+            self._lock.release()
+            return cast(T, await self._run(fn))
         try:
             if self._shard is None:
                 raise VectorStoreUnavailable("the vector index is closed")

@@ -419,6 +419,14 @@ async def test_a_search_runs_on_the_loop_when_the_shard_is_free_and_waits_off_it
     assert ticks >= 10  # and the loop went on meanwhile
     assert [h.id for h in busy.dense] == [h.id for h in free.dense]
     assert [h.id for h in busy.sparse] == [h.id for h in free.sparse]
+
+    # After a failed write the terms are counted again first (~1 s at 100k): in a thread.
+    index._terms_stale = True
+    hops.clear()
+    stale = await index.candidates(q)
+    assert hops == ["locked"]
+    assert not index._terms_stale
+    assert [h.id for h in stale.sparse] == [h.id for h in free.sparse]
     await index.close()
 
 
