@@ -1,8 +1,13 @@
-"""Dense pseudo-relevance feedback (Rocchio), offline, in the harness of `wordllama_probe.py`
+"""Two changes to the query's dense vector, offline, in the harness of `wordllama_probe.py`
 (each turn as its "Name: text" line, no context turns, the service's weighted RRF with the
-dense weight per candidate's language): the query's USE vector plus `beta` times the mean
-of the top `m` turns' vectors (of the fused list or of the dense list alone), searched
-again and fused in place of the first dense list.
+dense weight per candidate's language), each searched and fused in place of the first
+dense list:
+
+- dense pseudo-relevance feedback (Rocchio): the query's USE vector plus `beta` times the
+  mean of the top `m` turns' vectors (of the fused list or of the dense list alone);
+- the statement form: an English question's vector blended with that of the question
+  without its question word, auxiliary and question mark ("When did Melanie paint a
+  sunrise?" → "Melanie paint a sunrise"), the statement's share `a`.
 
     python bench/experiments/dense_feedback.py --data PATH/locomo10.json \
         --bilingual bench/data/bilingual_dev.json
@@ -15,6 +20,7 @@ setting beside the baseline; nothing here looks at answers. Results: bench/READM
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +47,7 @@ class Question:
     language: rank_rules.Language
     evidence: list[str]
     category: str
+    stated: Vec | None = None  # the unit vector of its statement form, if it has one
 
 
 @dataclass
@@ -68,8 +75,29 @@ def prepare(corpora: list[Corpus], use: Encoder) -> list[Prepared]:
                      rank_rules.language(q), evidence, category)
             for j, (q, evidence, category) in enumerate(c.questions)
         ]  # fmt: skip
+        forms = [statement_form(q) for q, _, _ in c.questions]
+        changed = [j for j, f in enumerate(forms) if f is not None]
+        if changed:
+            sv = use.encode([forms[j] or "" for j in changed]).astype(np.float32)
+            for j, v in zip(changed, sv, strict=True):
+                qs[j].stated = unit(v)
         out.append(Prepared(c, dv, [rank_rules.language(t) for t in c.texts], qs))
     return out
+
+
+_OPENING = re.compile(
+    r"^\s*(?:what|when|where|who|whom|which|how|why)(?:\s+(?:kind|type|sort)s?\s+of)?"
+    r"(?:\s+(\w+))?\s+(?:did|does|do|is|are|was|were|has|have|had|will|would|can|could)\b",
+    re.IGNORECASE,
+)
+
+
+def statement_form(query: str) -> str | None:
+    """The question without its opening and question mark; None for Chinese or no change."""
+    if rank_rules.language(query) == "zh":
+        return None
+    form = _OPENING.sub(lambda m: m[1] or "", query, count=1).strip().removesuffix("?").strip()
+    return form if form and form != query.strip() else None
 
 
 def fused(p: Prepared, q: Question, cos: Vec) -> list[int]:
@@ -95,6 +123,14 @@ def feedback(m: int, beta: float, seed: str) -> Rule:
         top = (base if seed == "fused" else np.argsort(-cos).tolist())[:m]
         expanded = unit(q.query + beta * unit(p.vectors[top].mean(axis=0)))
         return fused(p, q, p.vectors @ expanded)
+
+    return rule
+
+
+def stated(a: float) -> Rule:
+    def rule(p: Prepared, q: Question) -> list[int]:
+        v = q.query if q.stated is None else unit((1 - a) * q.query + a * q.stated)
+        return fused(p, q, p.vectors @ v)
 
     return rule
 
@@ -136,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for m in (3, 5, 10)
         for beta in (0.3, 0.6, 1.0)
     ]
+    rules += [(f"statement form, a {a}", stated(a)) for a in (0.3, 0.5, 1.0)]
     for name, rule in rules:
         print(f"{name:22s} LoCoMo R@10 {report(locomo, rule)}")
         print(f"{'':22s} bilingual    {report(bilingual, rule)}", flush=True)
