@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ class Stub:
     script: list[Any] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set at teardown: ends every stall, so the stub shuts down without waiting them out."""
 
 
 def _completion(content: str) -> dict[str, Any]:
@@ -57,8 +60,9 @@ def _stub_app(stub: Stub) -> FastAPI:
         if isinstance(step, tuple):  # (status, headers)
             status, headers = step
             return JSONResponse({"error": {"message": "stub"}}, status_code=status, headers=headers)
-        if isinstance(step, float):  # stall past the client's time-out
-            await asyncio.sleep(step)
+        if isinstance(step, float):  # stall past the client's time-out, at most `step` s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stub.release.wait(), timeout=step)
             return _completion('{"rewritten": "late"}')
         return _completion(step)
 
@@ -71,7 +75,10 @@ async def stub() -> AsyncIterator[Stub]:
     state = Stub(url="")
     async with serve(_stub_app(state)) as url:
         state.url = url
-        yield state
+        try:
+            yield state
+        finally:
+            state.release.set()
 
 
 def _llm(url: str, *, timeout: float = 5.0, attempts: int = 3) -> OpenAICompatibleLLM:
@@ -150,8 +157,10 @@ async def test_a_refusal_is_not_retried(stub: Stub) -> None:
 
 
 async def test_a_time_out_is_retried_then_reported(stub: Stub) -> None:
-    stub.script = [2.0]
-    llm = _llm(stub.url, timeout=0.2, attempts=2)
+    # A whole second per attempt: the stub shares the test's event loop, and on a loaded
+    # CI machine 0.2 s once ran out before the second request was even read (1 call seen).
+    stub.script = [30.0]
+    llm = _llm(stub.url, timeout=1.0, attempts=2)
     try:
         with pytest.raises(LLMUnavailable, match="timed out"):
             await llm.complete_json(MESSAGES, Answer, purpose="test")
