@@ -118,7 +118,9 @@ class Settings(BaseSettings):
 
     # Worker.
     worker_in_process: bool | None = Field(
-        default=None, description="run the promotion worker inside the api; default: embedded"
+        default=None,
+        description="run the promotion worker inside the api; default: with SQLite, or "
+        "when the index is embedded (no STRATA_QDRANT_URL), which only the api can open",
     )
     worker_batch_messages: int = Field(
         default=256,
@@ -554,9 +556,12 @@ class Settings(BaseSettings):
 
     @property
     def run_worker_in_process(self) -> bool:
+        """Unset, the worker runs in the api with SQLite (the embedded default) and whenever
+        the index is embedded: a Qdrant Edge shard only the api's process can open, so a
+        PostgreSQL URL alone does not move the worker out."""
         if self.worker_in_process is not None:
             return self.worker_in_process
-        return self.is_sqlite
+        return self.is_sqlite or self.qdrant_url is None
 
     def refusal(self, role: Literal["api", "worker"]) -> str | None:
         """Why this configuration cannot work for `role`, or None. Qdrant Edge is a shard

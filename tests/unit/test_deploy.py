@@ -55,6 +55,22 @@ def test_compose_environment_is_understood_by_settings() -> None:
     assert settings.qdrant_url == "http://qdrant:6333"
 
 
+def test_a_database_url_alone_keeps_the_worker_with_the_embedded_index() -> None:
+    """PostgreSQL without a Qdrant server: the Edge shard opens in the api only, so the
+    worker stays there (setting a URL switches that one store, nothing else)."""
+    settings = Settings(_env_file=None, database_url="postgresql+asyncpg://db/strata")
+    assert not settings.is_sqlite
+    assert settings.run_worker_in_process
+    assert settings.refusal("api") is None
+    with_qdrant = Settings(
+        _env_file=None,
+        database_url="postgresql+asyncpg://db/strata",
+        qdrant_url="http://qdrant:6333",
+    )
+    assert with_qdrant.run_worker_in_process is False
+    assert with_qdrant.refusal("worker") is None
+
+
 def test_embedded_is_the_default() -> None:
     settings = Settings(_env_file=None)
     assert settings.is_sqlite
