@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
-from pydantic import AwareDatetime
 
 from app.api.deps import GraphDep, TenantDep, UserIdPath
 from app.api.errors import problem_responses
-from app.errors import BadRequest, EntityNotFound
+from app.errors import BadRequest, EntityNotFound, UserErasureInProgress
+from app.schemas.common import IsoDatetime
 from app.schemas.graph import EntityPage, Neighborhood, TriplesIn, TriplesOut
 
 router = APIRouter(prefix="/v1", tags=["graph"])
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v1", tags=["graph"])
     "relation already current is not repeated (`existing`).",
     status_code=status.HTTP_201_CREATED,
     response_model=TriplesOut,
-    responses=problem_responses(BadRequest),
+    responses=problem_responses(BadRequest, UserErasureInProgress),
 )
 async def add_triples(
     user_id: UserIdPath, body: TriplesIn, tenant: TenantDep, graph: GraphDep
@@ -60,6 +60,6 @@ async def neighbors(
     graph: GraphDep,
     entity: Annotated[str, Query(min_length=1, max_length=256, description="name or id")],
     depth: Annotated[int, Query(ge=1, le=3)] = 1,
-    as_of: Annotated[AwareDatetime | None, Query(description="valid time")] = None,
+    as_of: Annotated[IsoDatetime | None, Query(description="valid time")] = None,
 ) -> Neighborhood:
     return await graph.neighbors(tenant, user_id, entity, depth=depth, as_of=as_of)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body
 
 from app.api.deps import ProfileDep, TenantDep, UserIdPath
 from app.api.errors import problem_responses
-from app.errors import BadRequest, ProfileTooLarge
+from app.errors import BadRequest, ProfileTooLarge, UserErasureInProgress
 from app.schemas.common import JsonObject
 from app.schemas.profile import Profile
 
@@ -41,7 +41,7 @@ async def get_profile(user_id: UserIdPath, tenant: TenantDep, profile: ProfileDe
     "/users/{user_id}/profile",
     summary="Change a user's attributes with a JSON merge-patch",
     response_model=Profile,
-    responses=problem_responses(BadRequest, ProfileTooLarge),
+    responses=problem_responses(BadRequest, ProfileTooLarge, UserErasureInProgress),
 )
 async def patch_profile(
     user_id: UserIdPath, patch: MergePatch, tenant: TenantDep, profile: ProfileDep

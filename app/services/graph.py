@@ -21,6 +21,7 @@ from app.schemas.graph import (
     TriplesIn,
     TriplesOut,
 )
+from app.services.ingest import writable
 from app.stores import graph as graph_store
 from app.stores.db import Database
 from app.stores.models import Entity, Relation
@@ -123,8 +124,12 @@ class GraphService:
             )
             for t in body.triples
         ]
+        now = datetime.now(UTC)
         async with self.db.transaction() as tx:
-            written = await write_triples(tx, tenant_id, user_id, specs, datetime.now(UTC))
+            # As every write for a user: the user row exists (so export and erasure find
+            # what is written), and nothing is written while their erasure runs.
+            await writable(tx, tenant_id, user_id, now)
+            written = await write_triples(tx, tenant_id, user_id, specs, now)
         names = {e.id: e.name for e in written.entities.values()}
         return TriplesOut(
             created=len(written.created),

@@ -10,7 +10,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.profile import merge_patch
-from app.errors import InvalidInput, ProfileTooLarge
+from app.errors import InvalidInput, ProfileTooLarge, UserErasureInProgress
 from app.schemas.common import Source
 from app.schemas.profile import MAX_PROFILE_BYTES, Profile, ProfileFact
 from app.stores import memories as memory_store
@@ -45,7 +45,11 @@ class ProfileService:
         if not isinstance(patch, dict):
             raise InvalidInput("body", "a profile merge-patch must be a JSON object")
         async with self.db.transaction() as tx:
-            current = await user_store.lock_profile(tx, tenant_id, user_id, datetime.now(UTC))
+            current, erasure = await user_store.lock_profile(
+                tx, tenant_id, user_id, datetime.now(UTC)
+            )
+            if erasure is not None:
+                raise UserErasureInProgress(user_id, erasure.get("job_id"))
             merged = merge_patch(current, patch)
             size = len(orjson.dumps(merged))
             if size > MAX_PROFILE_BYTES:

@@ -377,15 +377,18 @@ async def profile(tx: AsyncSession, tenant_id: str, user_id: str) -> dict[str, A
 
 async def lock_profile(
     tx: AsyncSession, tenant_id: str, user_id: str, now: datetime
-) -> dict[str, Any]:
-    """The user's attributes, locked for a read-modify-write; the user is created if new."""
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The user's attributes, locked for a read-modify-write, and the erasure in progress
+    if any (then nothing may be written); the user is created if new. One FOR UPDATE
+    read: a FOR SHARE look first (`ensure_writable`) would let two patches deadlock."""
     await ensure_user(tx, tenant_id, user_id, now)
     stmt = (
-        sa.select(User.profile)
+        sa.select(User.profile, User.erasure)
         .where(User.tenant_id == tenant_id, User.id == user_id)
         .with_for_update()
     )
-    return dict((await tx.execute(stmt)).scalar_one() or {})
+    row = (await tx.execute(stmt)).one()
+    return dict(row.profile or {}), row.erasure
 
 
 async def save_profile(

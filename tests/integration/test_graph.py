@@ -117,6 +117,13 @@ async def test_triples_are_not_repeated_and_end_in_valid_time(
         f"/v1/users/{user}/graph/neighbors", params={"entity": "user", "depth": 4}
     )
     assert resp.status_code == 422
+    # A number is not a time (pydantic alone would read `0` as 1970 and answer 200).
+    for as_of in ("0", "1700000000", "2025-01-01"):
+        resp = await running.client.get(
+            f"/v1/users/{user}/graph/neighbors", params={"entity": "user", "as_of": as_of}
+        )
+        assert resp.status_code == 422, (as_of, resp.text)
+        assert resp.json()["errors"][0]["field"].endswith("as_of"), resp.text
     resp = await running.client.get(f"/v1/users/{other}/graph/entities", params={"q": "anna"})
     assert resp.json()["items"] == []
 

@@ -263,6 +263,11 @@ async def test_while_erasing_writes_are_refused_and_export_is_404(
             "/v1/memories",
             json={"user_id": user, "content": "x", "memory_type": "semantic"},
         ),
+        await running.client.post(
+            f"/v1/users/{user}/graph/triples",
+            json={"triples": [{"subject": "user", "predicate": "lives_in", "object": "Rome"}]},
+        ),
+        await running.client.patch(f"/v1/users/{user}/profile", json={"city": "Rome"}),
     ):
         assert resp.status_code == 409, resp.text
         assert resp.json()["code"] == "user_erasure_in_progress"
@@ -270,6 +275,10 @@ async def test_while_erasing_writes_are_refused_and_export_is_404(
     assert (await running.client.get(f"/v1/users/{user}/export")).status_code == 404
     counts = await held(running, user)
     assert (counts["sessions"], counts["messages"], counts["memories"]) == (1, 1, 1)
+    async with running.resources.db.read() as tx:
+        stmt = sa.select(sa.func.count()).where(Entity.user_id == user)
+        assert (await tx.execute(stmt)).scalar_one() == 0
+        assert await user_store.profile(tx, "default", user) in (None, {})
 
 
 async def test_wait_false_answers_202_with_the_job(
@@ -435,3 +444,25 @@ async def test_the_graph_and_profile_are_exported_then_erased(
     gone = await running.client.get(f"/v1/users/{user}/graph/entities", params={"q": "Anna"})
     assert gone.status_code in (200, 404)
     assert "Anna" not in gone.text
+
+
+async def test_a_user_known_only_by_their_graph_is_exported_and_erased(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Triples are the first thing written for this user: the user must exist for export
+    and erasure to find them (an erasure of a user with no row finds nothing to do)."""
+    user = ids("user")
+    triples = [{"subject": "user", "predicate": "works_at", "object": "Acme"}]
+    added = await running.client.post(f"/v1/users/{user}/graph/triples", json={"triples": triples})
+    assert added.status_code == 201, added.text
+
+    document = await export(running, user)
+    assert {e["name"] for e in document["graph"]["entities"]} >= {"Acme"}
+
+    resp = await running.client.delete(f"/v1/users/{user}")
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["counts"]["relations"] == 1
+    async with running.resources.db.read() as tx:
+        for model in (Entity, Relation):
+            stmt = sa.select(sa.func.count()).where(model.user_id == user)
+            assert (await tx.execute(stmt)).scalar_one() == 0, model.__tablename__
