@@ -140,8 +140,29 @@ JsonInt = Annotated[int, Strict(False), BeforeValidator(_json_integer)]
 
 # `Strict(False)`: request models are strict, under which pydantic takes a datetime only as
 # a Python object; these take the ISO string that JSON carries, and nothing else.
-IsoDatetime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_string)]
-IsoDate = Annotated[date, Strict(False), BeforeValidator(_iso_date)]
+def _convertible(value: datetime) -> datetime:
+    """A time whose UTC instant exists: `0001-01-01T00:00:00+14:00` parses, but falls
+    before year 1 in UTC, and every store and comparison converts it (a 500 once)."""
+    _utc(value)
+    return value
+
+
+# A date some days from either end of the calendar: its week, and the day after it, exist.
+_FIRST_DATE, _LAST_DATE = date.min + timedelta(days=7), date.max - timedelta(days=8)
+
+
+def _date_in_range(value: date) -> date:
+    if not _FIRST_DATE <= value <= _LAST_DATE:
+        raise ValueError(f"is out of the supported range ({_FIRST_DATE} to {_LAST_DATE})")
+    return value
+
+
+IsoDatetime = Annotated[
+    AwareDatetime, Strict(False), BeforeValidator(_iso_string), AfterValidator(_convertible)
+]
+IsoDate = Annotated[
+    date, Strict(False), BeforeValidator(_iso_date), AfterValidator(_date_in_range)
+]
 
 
 def _uuid_string(value: Any) -> Any:

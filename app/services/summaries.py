@@ -549,5 +549,5 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         if start.tzinfo is None:
             raise ValueError(when)
         return start.astimezone(UTC), uuid.UUID(sid)
-    except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
+    except (ValueError, TypeError, OverflowError, orjson.JSONDecodeError) as exc:
         raise InvalidCursor() from exc

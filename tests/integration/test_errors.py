@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import Running, turn
@@ -276,3 +279,44 @@ async def test_a_database_outage_is_a_503_problem_with_the_request_id(
         ready = await app.client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["checks"]["database"]["ok"] is False
+
+
+async def test_times_and_dates_at_the_calendars_ends_are_a_422_not_a_500(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """A time that parses but has no UTC instant (year 1 at +14:00, year 9999 at −14:00), a
+    date whose week runs off the calendar, and a cursor made of either: each a 422."""
+    user = ids("user")
+    base64_cursor = base64.urlsafe_b64encode(
+        orjson.dumps(["0001-01-01T00:00:00+14:00", str(uuid.uuid4())])
+    ).decode()
+    requests = [
+        (
+            "POST",
+            "/v1/summarize",
+            {"user_id": user, "level": "daily", "period_start": "9999-12-31"},
+        ),
+        (
+            "POST",
+            "/v1/summarize",
+            {"user_id": user, "level": "weekly", "period_start": "0001-01-01"},
+        ),
+        ("GET", f"/v1/users/{user}/summaries?from=0001-01-01T00:00:00%2B14:00", None),
+        ("GET", f"/v1/users/{user}/summaries?to=9999-12-31T23:59:59-14:00", None),
+        ("GET", f"/v1/users/{user}/summaries?cursor={base64_cursor.rstrip('=')}", None),
+        (
+            "GET",
+            f"/v1/users/{user}/graph/neighbors?entity=x&as_of=0001-01-01T00:00:00%2B14:00",
+            None,
+        ),
+        ("GET", f"/v1/users/{user}/graph/neighbors?entity=x&as_of=9999-12-31T23:59:59-14:00", None),
+        (
+            "POST",
+            "/v1/recall",
+            {"user_id": user, "query": "x", "as_of": "9999-12-31T23:59:59-14:00"},
+        ),
+    ]
+    for method, url, body in requests:
+        resp = await running.client.request(method, url, json=body)
+        assert resp.status_code == 422, (url, body, resp.text)
+        assert resp.headers["content-type"].startswith("application/problem+json")
