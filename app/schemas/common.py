@@ -138,8 +138,7 @@ def _json_integer(value: Any) -> Any:
 # says); "10" and true are not one, and 10.5 is refused by the integer check itself.
 JsonInt = Annotated[int, Strict(False), BeforeValidator(_json_integer)]
 
-# `Strict(False)`: request models are strict, under which pydantic takes a datetime only as
-# a Python object; these take the ISO string that JSON carries, and nothing else.
+
 def _convertible(value: datetime) -> datetime:
     """A time whose UTC instant exists: `0001-01-01T00:00:00+14:00` parses, but falls
     before year 1 in UTC, and every store and comparison converts it (a 500 once)."""
@@ -157,12 +156,12 @@ def _date_in_range(value: date) -> date:
     return value
 
 
+# `Strict(False)`: request models are strict, under which pydantic takes a datetime only as
+# a Python object; these take the ISO string that JSON carries, and nothing else.
 IsoDatetime = Annotated[
     AwareDatetime, Strict(False), BeforeValidator(_iso_string), AfterValidator(_convertible)
 ]
-IsoDate = Annotated[
-    date, Strict(False), BeforeValidator(_iso_date), AfterValidator(_date_in_range)
-]
+IsoDate = Annotated[date, Strict(False), BeforeValidator(_iso_date), AfterValidator(_date_in_range)]
 
 
 def _uuid_string(value: Any) -> Any:

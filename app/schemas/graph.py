@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from app.schemas.common import EventTime, Source, StrictModel
 
@@ -22,7 +22,16 @@ class TripleIn(StrictModel):
     subject_type: EntityType | None = None
     object_type: EntityType | None = None
     valid_from: EventTime | None = Field(default=None, description="when it became true")
-    valid_to: EventTime | None = Field(default=None, description="when it stopped being true")
+    valid_to: EventTime | None = Field(
+        default=None, description="when it stopped being true; after `valid_from`"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TripleIn:
+        start, end = self.valid_from, self.valid_to
+        if start is not None and end is not None and start >= end:
+            raise ValueError("`valid_to` must be after `valid_from`")
+        return self
 
 
 class TriplesIn(StrictModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -51,11 +52,26 @@ class ProfileService:
             if erasure is not None:
                 raise UserErasureInProgress(user_id, erasure.get("job_id"))
             merged = merge_patch(current, patch)
+            _check_timezone(merged.get("timezone"))
             size = len(orjson.dumps(merged))
             if size > MAX_PROFILE_BYTES:
                 raise ProfileTooLarge(size, MAX_PROFILE_BYTES)
             await user_store.save_profile(tx, tenant_id, user_id, merged)
         return await self.get(tenant_id, user_id)
+
+
+def _check_timezone(name: object) -> None:
+    """Summaries read `timezone` as an IANA name: refuse another value when it is written,
+    rather than summarise in UTC from then on with only a log line to say so."""
+    if name is None:
+        return
+    if isinstance(name, str) and name:
+        try:
+            ZoneInfo(name)
+            return
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    raise InvalidInput("timezone", "must be an IANA time zone name, e.g. Europe/Lisbon")
 
 
 def fact_out(row: Memory) -> ProfileFact:

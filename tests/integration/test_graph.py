@@ -117,6 +117,21 @@ async def test_triples_are_not_repeated_and_end_in_valid_time(
         f"/v1/users/{user}/graph/neighbors", params={"entity": "user", "depth": 4}
     )
     assert resp.status_code == 422
+    # A relation cannot end before it began; a rejected batch writes nothing.
+    backwards = {
+        "subject": "user",
+        "predicate": "lived_in",
+        "object": "Madrid",
+        "valid_from": "2022-01-01T00:00:00Z",
+        "valid_to": "2021-01-01T00:00:00Z",
+    }
+    resp = await running.client.post(
+        f"/v1/users/{user}/graph/triples",
+        json={"triples": [{"subject": "user", "predicate": "knows", "object": "Zed"}, backwards]},
+    )
+    assert resp.status_code == 422, resp.text
+    assert "valid_to" in resp.text
+    assert "Zed" not in depths(await neighbors(running, user, entity="user", depth=1))
     # A number is not a time (pydantic alone would read `0` as 1970 and answer 200).
     for as_of in ("0", "1700000000", "2025-01-01"):
         resp = await running.client.get(

@@ -56,6 +56,15 @@ async def test_patch_limits(running: Running, ids: Callable[[str], str]) -> None
     assert too_big.status_code == 413
     assert too_big.json()["code"] == "profile_too_large"
     assert (await running.client.get(f"/v1/users/{user}/profile")).json()["attributes"] == {}
+    # Summaries read `timezone` as an IANA name: anything else is refused, not kept as UTC.
+    for bad in ("Mars/Olympus", 5, ""):
+        resp = await patch(running, user, {"timezone": bad, "city": "Porto"})
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["errors"][0]["field"] == "timezone", resp.text
+    assert (await running.client.get(f"/v1/users/{user}/profile")).json()["attributes"] == {}
+    ok = await patch(running, user, {"timezone": "Asia/Shanghai"})
+    assert ok.status_code == 200, ok.text
+    assert (await patch(running, user, {"timezone": None})).json()["attributes"] == {}
 
 
 async def test_context_shows_the_profile_within_budget(
