@@ -31,14 +31,15 @@ async def get_forgetting(tenant: TenantDep, forgetting: ForgettingDep) -> Forget
 @router.patch(
     "/forgetting",
     summary="Change the tenant's forgetting thresholds",
-    description="Only the fields given change; the others keep following the defaults.",
+    description="Only the fields given change; the others keep following the defaults. "
+    "A field given as `null` follows the default again.",
     response_model=ForgettingPolicyOut,
     responses=problem_responses(BadRequest),
 )
 async def patch_forgetting(
     body: ForgettingPolicyPatch, tenant: TenantDep, forgetting: ForgettingDep
 ) -> ForgettingPolicyOut:
-    policy = await forgetting.patch_policy(tenant, body.model_dump(exclude_none=True))
+    policy = await forgetting.patch_policy(tenant, body.model_dump(exclude_unset=True))
     return ForgettingPolicyOut.model_validate(policy.as_dict())
 
 

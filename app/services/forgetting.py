@@ -89,10 +89,12 @@ class ForgettingService:
 
     async def patch_policy(self, tenant_id: str, changes: dict[str, Any]) -> forgetting.Policy:
         """Merge `changes` into the tenant's policy; only the fields it sets are stored, so
-        a later change of a default reaches the fields a tenant never set."""
+        a later change of a default reaches the fields a tenant never set. A field set to
+        None is removed: it follows the default again (as a merge-patch's `null`)."""
         async with self.db.transaction() as tx:
             stored = await forget_store.get_policy(tx, tenant_id) or {}
             stored.update(changes)
+            stored = {name: value for name, value in stored.items() if value is not None}
             policy = self.defaults().with_changes(stored)
             await forget_store.put_policy(tx, tenant_id, stored, self.clock())
         return policy

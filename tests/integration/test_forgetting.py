@@ -18,6 +18,7 @@ from app.jobs.runner import JobRunner
 from app.jobs.scheduler import Scheduler
 from app.services.forgetting import ForgettingService
 from app.settings import Settings
+from app.stores import forgetting as forget_store
 from app.stores.models import Job, Memory, MemoryEvent
 from app.wiring import build_reindexer
 from tests.conftest import Running, full_settings, post_messages, recall, settle, turn
@@ -297,10 +298,15 @@ async def test_forgetting_policy_defaults_and_patch(running: Running) -> None:
     assert (await running.client.get("/v1/admin/forgetting")).json()["importance_threshold"] == 0.35
     bad = await running.client.patch("/v1/admin/forgetting", json={"growth": 0.5})
     assert bad.status_code == 422
+    # `null` hands the field back to the default (it was ignored once: the value stuck).
     restored = await running.client.patch(
-        "/v1/admin/forgetting", json={"importance_threshold": before["importance_threshold"]}
+        "/v1/admin/forgetting", json={"importance_threshold": None}
     )
+    assert restored.status_code == 200, restored.text
     assert restored.json() == before
+    async with running.resources.db.read() as tx:
+        stored = await forget_store.get_policy(tx, "default") or {}
+    assert "importance_threshold" not in stored
 
 
 async def test_two_workers_run_the_sweep_once(
