@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import ID_PATTERN, LimitQuery, SummaryDep, TenantDep
 from app.api.errors import problem_responses
-from app.errors import BadRequest, InvalidCursor, PeriodNotStarted
+from app.errors import BadRequest, InvalidCursor, PeriodNotStarted, UserErasureInProgress
 from app.schemas.common import IsoDatetime
 from app.schemas.summaries import (
     SummarizeAccepted,
@@ -35,7 +35,7 @@ UserIdPath = Annotated[
     response_model=SummarizeAccepted,
     responses={
         200: {"model": SummaryItem, "description": "the summary, already current"},
-        **problem_responses(BadRequest, PeriodNotStarted),
+        **problem_responses(BadRequest, PeriodNotStarted, UserErasureInProgress),
     },
 )
 async def summarize(

@@ -31,6 +31,7 @@ from app.providers.embeddings import Embedder
 from app.providers.llm import LLM, LLMError
 from app.schemas.context import SummaryOut
 from app.schemas.summaries import SummarizeAccepted, SummaryItem, SummaryPage
+from app.services.ingest import writable
 from app.settings import Settings
 from app.stores import jobs as job_store
 from app.stores import summaries as summary_store
@@ -332,19 +333,30 @@ class SummaryService:
                 existing = await summary_store.get(tx, tenant_id, user_id, sid)
             if existing is not None and existing.source_hash == inputs.source_hash:
                 return summary_item(existing)
-        job_id, key, _ = await self.enqueue(tenant_id, user_id, level, day)
+        job_id, key, _ = await self.enqueue(tenant_id, user_id, level, day, by_caller=True)
         return SummarizeAccepted(job_id=job_id, key=key)
 
     async def enqueue(
-        self, tenant_id: str, user_id: str, level: Level, day: date | None
+        self,
+        tenant_id: str,
+        user_id: str,
+        level: Level,
+        day: date | None,
+        *,
+        by_caller: bool = False,
     ) -> tuple[uuid.UUID, str, bool]:
         """The `summarize` job of this period, queued, or queued again if it had finished:
         its key names the period, so a period has one job, re-run when its inputs change.
         Returns (job id, key, queued): not queued when the job is running, perhaps on
-        inputs read before this change; the caller may try again once it has ended."""
+        inputs read before this change; the caller may try again once it has ended.
+        `by_caller` (a request, not the sweep): the job names the user, so the user's row is
+        made if new (export and erasure then find the job), and it is refused while their
+        erasure runs."""
         key = periods.job_key(user_id, level, day)
         now = datetime.now(UTC)
         async with self.db.transaction() as tx:
+            if by_caller:
+                await writable(tx, tenant_id, user_id, now)
             job, _ = await job_store.enqueue(
                 tx,
                 tenant_id=tenant_id,

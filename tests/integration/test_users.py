@@ -268,6 +268,9 @@ async def test_while_erasing_writes_are_refused_and_export_is_404(
             json={"triples": [{"subject": "user", "predicate": "lives_in", "object": "Rome"}]},
         ),
         await running.client.patch(f"/v1/users/{user}/profile", json={"city": "Rome"}),
+        await running.client.post(
+            "/v1/summarize", json={"user_id": user, "level": "daily", "period_start": "2026-01-05"}
+        ),
     ):
         assert resp.status_code == 409, resp.text
         assert resp.json()["code"] == "user_erasure_in_progress"
@@ -466,3 +469,20 @@ async def test_a_user_known_only_by_their_graph_is_exported_and_erased(
         for model in (Entity, Relation):
             stmt = sa.select(sa.func.count()).where(model.user_id == user)
             assert (await tx.execute(stmt)).scalar_one() == 0, model.__tablename__
+
+
+async def test_a_summary_asked_for_a_user_never_seen_is_their_data(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """`POST /v1/summarize` queues a job that names the user: the user's row is made with
+    it, so the export shows the job and the erasure removes it."""
+    user = ids("user")
+    asked = await running.client.post(
+        "/v1/summarize", json={"user_id": user, "level": "daily", "period_start": "2026-01-05"}
+    )
+    assert asked.status_code in (200, 202), asked.text
+    document = await export(running, user)
+    assert document["jobs"], document
+    resp = await running.client.delete(f"/v1/users/{user}")
+    assert resp.status_code == 200, resp.text
+    assert (await held(running, user))["jobs"] == 0
