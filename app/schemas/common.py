@@ -99,8 +99,12 @@ def _not_future(value: datetime) -> datetime:
     return utc
 
 
+_TEXT_RULES = "not blank; valid Unicode (no lone surrogates) without NUL characters"
 Content = Annotated[
-    str, StringConstraints(min_length=1, max_length=32_000), AfterValidator(_not_blank)
+    str,
+    StringConstraints(min_length=1, max_length=32_000),
+    AfterValidator(_not_blank),
+    Field(description=_TEXT_RULES),
 ]
 Query = Annotated[
     str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_not_blank)

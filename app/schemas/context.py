@@ -16,7 +16,11 @@ class ContextRequest(StrictModel):
     user_id: Identifier
     query: Query | None = Field(default=None, description="default: the last user message")
     token_budget: JsonInt = Field(default=4000, ge=1, le=200_000)
-    as_of: EventTime | None = None
+    as_of: EventTime | None = Field(
+        default=None,
+        description="as in recall: 'now' for decay; nothing created after it"
+        "; at most 5 minutes ahead of the server's clock",
+    )
     rewrite: Literal["auto", "off"] = Field(
         default="auto",
         description="auto: a follow-up (a pronoun, an ellipsis) is made standalone from the "

@@ -21,9 +21,14 @@ class TripleIn(StrictModel):
     object: Name
     subject_type: EntityType | None = None
     object_type: EntityType | None = None
-    valid_from: EventTime | None = Field(default=None, description="when it became true")
+    valid_from: EventTime | None = Field(
+        default=None,
+        description="when it became true; at most 5 minutes ahead of the server's clock",
+    )
     valid_to: EventTime | None = Field(
-        default=None, description="when it stopped being true; after `valid_from`"
+        default=None,
+        description="when it stopped being true; after `valid_from`; at most 5 minutes "
+        "ahead of the server's clock",
     )
 
     @model_validator(mode="after")

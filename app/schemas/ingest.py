@@ -54,7 +54,9 @@ class MessageIn(StrictModel):
     role: Role
     content: Content
     created_at: EventTime | None = Field(
-        default=None, description="event time (may be in the past for imports); default now"
+        default=None,
+        description="event time (may be in the past for imports); default now"
+        "; at most 5 minutes ahead of the server's clock",
     )
     metadata: Metadata = Field(
         default_factory=dict, description="free-form; `name` is used as the speaker's name"

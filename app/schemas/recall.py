@@ -65,7 +65,9 @@ class RecallRequest(StrictModel):
     weights: ScoreWeights | None = None
     rewrite: Literal["auto", "off"] = "auto"
     as_of: EventTime | None = Field(
-        default=None, description="'now' for decay; hides what was created after it"
+        default=None,
+        description="'now' for decay; hides what was created after it"
+        "; at most 5 minutes ahead of the server's clock",
     )
     reinforce: bool = Field(default=True, description="count this recall as an access")
     min_relevance: float = Field(
