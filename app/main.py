@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import TypedDict
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from app import logs, memory
 from app.api import (
@@ -31,6 +32,7 @@ from app.api import (
     summaries,
     users,
 )
+from app.api import docs as api_docs
 from app.api import errors as api_errors
 from app.api.limits import BodyLimitMiddleware
 from app.core.clock import Clock
@@ -52,6 +54,12 @@ Limits (defaults): a request body over 2 MiB (`STRATA_MAX_BODY_BYTES`) is a 413
 offset)."""
 
 log = logging.getLogger("strata")
+
+
+def _operation_id(route: APIRoute) -> str:
+    """The route function's own name (`recall`, `add_messages`, `get_context`): what a
+    generated client exposes, so it is a short verb, never the path spelled out."""
+    return route.name
 
 
 class State(TypedDict):
@@ -109,7 +117,11 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         summary="Long-term memory for AI agents",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from the package's own assets (app/api/docs.py)
+        redoc_url=None,
+        generate_unique_id_function=_operation_id,
     )
+    api_docs.install(app)
     # Added first, so it runs inside the request id middleware that `install` adds.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     api_errors.install(app)

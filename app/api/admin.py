@@ -55,7 +55,7 @@ async def patch_forgetting(
     response_model=JobOut,
     responses=problem_responses(BadRequest),
 )
-async def maintenance(
+async def run_maintenance(
     body: MaintenanceRequest, tenant: TenantDep, maintenance: MaintenanceDep
 ) -> JobOut:
     return await maintenance.request(tenant, body)

@@ -41,7 +41,7 @@ router = APIRouter(prefix="/v1/sessions", tags=["context"])
         VectorStoreUnavailable,
     ),
 )
-async def build_context(
+async def get_context(
     session_id: SessionIdPath, body: ContextRequest, tenant: TenantDep, service: ContextDep
 ) -> ContextResponse:
     return await service.build(tenant, session_id, body)

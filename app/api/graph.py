@@ -54,7 +54,7 @@ async def list_entities(
     response_model=Neighborhood,
     responses=problem_responses(EntityNotFound),
 )
-async def neighbors(
+async def get_neighbors(
     user_id: UserIdPath,
     tenant: TenantDep,
     graph: GraphDep,

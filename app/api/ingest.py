@@ -24,7 +24,7 @@ from app.schemas.ingest import (
     SessionUpsert,
 )
 
-router = APIRouter(prefix="/v1/sessions", tags=["ingest"])
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
 @router.put(
@@ -99,7 +99,7 @@ async def delete_session(
         **problem_responses(BadRequest, SessionNotFound, TooManyCharacters, UserErasureInProgress),
     },
 )
-async def post_messages(
+async def add_messages(
     session_id: SessionIdPath,
     body: IngestRequest,
     tenant: TenantDep,

@@ -12,7 +12,7 @@ from app.api.errors import problem_responses
 from app.errors import BadRequest, Forbidden, InvalidCursor, KeyNotFound
 from app.schemas.keys import KeyCreate, KeyCreated, KeyPage, KeyRevoked
 
-router = APIRouter(prefix="/v1/admin/keys", tags=["admin"])
+router = APIRouter(prefix="/v1/admin/keys", tags=["keys"])
 
 
 @router.post(

@@ -68,7 +68,7 @@ async def create_memory(body: MemoryCreate, tenant: TenantDep, memories: MemoryD
     response_model=FeedbackAccepted,
     responses=problem_responses(BadRequest),
 )
-async def memory_feedback(
+async def send_feedback(
     body: FeedbackRequest, tenant: TenantDep, recall: RecallDep
 ) -> FeedbackAccepted:
     return await recall.feedback(tenant, body)
@@ -163,7 +163,7 @@ async def restore_memory(
     response_model=MemoryEventPage,
     responses=problem_responses(MemoryNotFound, InvalidCursor),
 )
-async def memory_history(
+async def get_memory_history(
     memory_id: uuid.UUID,
     user_id: UserIdQuery,
     tenant: TenantDep,

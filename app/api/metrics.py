@@ -58,7 +58,7 @@ async def _service(request: Request) -> MetricsService:
         **problem_responses(Unauthorized),
     },
 )
-async def metrics(
+async def get_metrics(
     _: Annotated[None, Depends(_scraper)],
     service: Annotated[MetricsService, Depends(_service)],
 ) -> Response:

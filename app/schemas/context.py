@@ -50,13 +50,35 @@ class ContextSections(BaseModel):
     recent_messages: list[MessageOut]
 
 
+class ContextTokens(BaseModel):
+    """Tokens of each section's block as rendered, and of the whole `text`."""
+
+    system_prompt: int
+    working_memory: int
+    profile: int
+    summaries: int
+    memories: int
+    recent_messages: int
+    total: int = Field(description="tokens of `text`: never more than `token_budget`")
+
+
+class ContextDropped(BaseModel):
+    """Items of each section left out for the budget (the system prompt is never cut)."""
+
+    working_memory: int
+    profile: int
+    summaries: int
+    memories: int
+    recent_messages: int
+
+
 class ContextResponse(BaseModel):
     sections: ContextSections
     text: str = Field(description="the sections rendered as one prompt")
-    tokens: dict[str, int] = Field(description="per section, and `total` = tokens of `text`")
+    tokens: ContextTokens = Field(description="per section, and `total` = tokens of `text`")
     token_budget: int
     tokenizer: str
-    dropped: dict[str, int] = Field(description="items per section left out for the budget")
+    dropped: ContextDropped = Field(description="items per section left out for the budget")
     truncated: dict[str, list[int]] = Field(
         default_factory=dict,
         description="items shown cut, per section: `recent_messages` lists the `seq` of the "

@@ -66,14 +66,14 @@ async def test_a_generated_client_parses_problems(
     client.set_async_httpx_client(embedded_app.client)  # the app, in process
     problem_model = importlib.import_module(f"{PACKAGE}.models").Problem
 
-    get_session = _operation("ingest.get_session_v1_sessions_session_id_get")
+    get_session = _operation("sessions.get_session")
     missing = await get_session.asyncio_detailed("no-such-session", client=client, user_id="x")
     assert missing.status_code == 404
     assert isinstance(missing.parsed, problem_model)
     assert missing.parsed.code == "session_not_found"
     assert missing.parsed.request_id == missing.headers["x-request-id"]
 
-    recall = _operation("recall.recall_v1_recall_post")
+    recall = _operation("recall.recall")
     request = importlib.import_module(f"{PACKAGE}.models").RecallRequest
     invalid = await recall.asyncio_detailed(
         client=client, body=request(user_id="u", query="x", top_k=0)
@@ -82,3 +82,38 @@ async def test_a_generated_client_parses_problems(
     assert isinstance(invalid.parsed, problem_model)
     assert invalid.parsed.code == "validation_error"
     assert [(e.field, e.loc) for e in invalid.parsed.errors] == [("top_k", ["body", "top_k"])]
+
+
+async def test_a_generated_client_reads_as_its_operations_are_named(
+    generated: ModuleType, embedded_app: Running
+) -> None:
+    """Short names a user calls as they are (`sessions.add_messages`, `recall.recall`,
+    `context.get_context`), and the context's token counts as a typed object."""
+    client = generated.Client(base_url="http://strata")
+    client.set_async_httpx_client(embedded_app.client)
+    models = importlib.import_module(f"{PACKAGE}.models")
+
+    added = await _operation("sessions.add_messages").asyncio_detailed(
+        "trip",
+        client=client,
+        body=models.IngestRequest.from_dict(
+            {
+                "user_id": "ana",
+                "messages": [{"role": "user", "content": "I moved to Lisbon last May."}],
+                "wait": True,
+            }
+        ),
+    )
+    assert added.status_code == 200, added.content
+    found = await _operation("recall.recall").asyncio(
+        client=client, body=models.RecallRequest(user_id="ana", query="Which city did I move to?")
+    )
+    assert isinstance(found, models.RecallResponse)
+    assert "Lisbon" in found.results[0].content
+    context = await _operation("context.get_context").asyncio(
+        "trip", client=client, body=models.ContextRequest(user_id="ana", token_budget=500)
+    )
+    assert isinstance(context, models.ContextResponse)
+    assert isinstance(context.tokens, models.ContextTokens)
+    assert 0 < context.tokens.total <= 500
+    assert context.tokens.recent_messages > 0

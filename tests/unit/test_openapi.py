@@ -75,3 +75,11 @@ def test_fastapi_validation_shapes_are_gone() -> None:
         "code",
         "request_id",
     }
+
+
+def test_operation_ids_are_short_verbs_a_client_exposes_as_they_are() -> None:
+    ids = [op["operationId"] for ops in _spec()["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
+    for op_id in ids:
+        assert re.fullmatch(r"[a-z]+(_[a-z]+){0,3}", op_id), op_id
+    assert {"recall", "add_messages", "get_context", "get_scratchpad"} <= set(ids)
