@@ -7,11 +7,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     STRATA_DATA_DIR=/data
 
 WORKDIR /srv/strata
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml constraints.txt README.md alembic.ini ./
 COPY app ./app
 COPY migrations ./migrations
 # Editable, so that the migrations beside the package are found at run time.
-RUN pip install -e . && useradd --create-home strata && mkdir -p /data && chown strata /data
+RUN pip install -c constraints.txt -e . && useradd --create-home strata && mkdir -p /data && chown strata /data
 USER strata
 
 EXPOSE 8000

@@ -8,23 +8,34 @@ PORT ?= 8000
 LOCOMO ?= ../shared/bench/locomo/locomo10.json
 LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
-.PHONY: install run worker migrate test check fmt openapi bench bench-recall bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
 
-$(VENV)/.installed: pyproject.toml
+.PHONY: install lock run worker migrate test check fmt openapi bench bench-recall bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
+
+# `make run` installs what the service needs and nothing else; the tests add the dev tools.
+# Both at the versions in constraints.txt (what CI tested).
+$(VENV)/.service: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.service
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
 
-run: install  ## the service, embedded (SQLite, Qdrant Edge, in-process buffer and worker)
+lock: install  ## constraints.txt from the dev venv, after a dependency change
+	{ head -n2 constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^strata'; } > constraints.new
+	mv constraints.new constraints.txt
+
+run: $(VENV)/.service  ## the service, embedded (SQLite, Qdrant Edge, in-process buffer and worker)
 	$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
 
-worker: install  ## the promotion worker as its own process (full stack)
+worker: $(VENV)/.service  ## the promotion worker as its own process (full stack)
 	$(BIN)/python -m app.worker
 
-migrate: install  ## the schema, once, before starting many processes (docs/scaling.md)
+migrate: $(VENV)/.service  ## the schema, once, before starting many processes (docs/scaling.md)
 	$(BIN)/python -m app.migrate
 
 test: install
