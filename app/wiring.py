@@ -136,8 +136,11 @@ def build_keys(resources: Resources) -> KeyService:
     r = resources
     limiter: RateLimiter
     if r.settings.redis_url is not None:
-        # One bucket per key across every api replica.
-        limiter = RedisRateLimiter(r.buffer.redis)
+        # One bucket per key across every api replica; the process's own while the
+        # buffer's breaker skips Redis.
+        limiter = RedisRateLimiter(
+            r.buffer.redis, breaker=r.buffer.breaker, timeout=r.settings.redis_timeout_seconds
+        )
     else:
         limiter = LocalRateLimiter()  # embedded: one process by design
     return KeyService(r.db, r.settings, limiter)

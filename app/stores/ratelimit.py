@@ -1,9 +1,12 @@
 """Per-key token buckets (docs/security.md): in Redis for the full stack, so every api
 replica draws from one bucket per key; in the process when embedded (one process by design).
 
-The limiter degrades open: a Redis that fails or does not answer within `timeout` lets the
-request through (and says so in the log, at most once a minute), because refusing every
-request while Redis is away would turn a cache outage into a full one.
+When Redis fails or does not answer within `timeout`, the key is limited by this process's
+own bucket (`LocalRateLimiter`) and the log says so, at most once a minute: refusing every
+request would turn a cache outage into a full one, and letting every request through would
+lift the limit. The failure opens the buffer's `Breaker` (app/stores/buffer.py), shared with
+every other Redis caller, so for its retry window the limiter goes to the process's bucket at
+once: a frozen Redis costs one time-out per window, not one per request (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from collections import OrderedDict
 from typing import Protocol
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from app.core.auth import take_token
+from app.errors import BufferUnavailable
+from app.stores.buffer import Breaker
 
 log = logging.getLogger("strata.ratelimit")
 
@@ -73,22 +77,29 @@ class LocalRateLimiter:
 
 
 class RedisRateLimiter:
-    def __init__(self, redis: Redis, *, timeout: float = 0.25) -> None:
+    def __init__(
+        self, redis: Redis, *, breaker: Breaker | None = None, timeout: float = 0.25
+    ) -> None:
         self._redis = redis
         self._script = redis.register_script(_LUA)
+        self._breaker = breaker or Breaker(0.0)
         self._timeout = timeout
         self._last_warning = 0.0
+        # While Redis is away: each process limits each key on its own (so N replicas let
+        # through up to N times the rate, never unlimited).
+        self._fallback = LocalRateLimiter()
 
     async def take(self, bucket: str, rate: float, burst: int) -> float:
         try:
-            async with asyncio.timeout(self._timeout):
-                allowed, wait_ms = await self._script(
-                    keys=[f"strata:ratelimit:{{{bucket}}}"], args=[repr(rate), burst]
-                )
-        except (RedisError, OSError, TimeoutError) as exc:
+            with self._breaker.guard():
+                async with asyncio.timeout(self._timeout):
+                    allowed, wait_ms = await self._script(
+                        keys=[f"strata:ratelimit:{{{bucket}}}"], args=[repr(rate), burst]
+                    )
+        except BufferUnavailable as exc:
             now = time.monotonic()
             if now - self._last_warning > 60:
                 self._last_warning = now
-                log.warning("rate limit not checked, Redis failed (%s)", type(exc).__name__)
-            return 0.0
+                log.warning("rate limit checked in this process only, Redis unavailable (%s)", exc)
+            return await self._fallback.take(bucket, rate, burst)
         return 0.0 if int(allowed) else int(wait_ms) / 1000

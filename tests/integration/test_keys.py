@@ -4,6 +4,8 @@ user binding, rate limits, the CLI, and how a server without keys starts (docs/s
 from __future__ import annotations
 
 import asyncio
+import statistics
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -12,9 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from app import keys as keys_cli
 from app.settings import Settings
+from app.stores.buffer import Breaker
 from app.stores.ratelimit import LocalRateLimiter, RedisRateLimiter
 from tests.conftest import Running, embedded_settings, full_settings, turn
 
@@ -399,7 +404,115 @@ async def test_keys_created_by_the_cli_make_an_embedded_server_require_them(
         ).status_code == 200
 
 
-async def test_the_redis_bucket_is_shared_and_degrades_open(redis_client: Redis) -> None:
+class FrozenRedis:
+    """A TCP server that accepts connections and never answers, as a Redis stopped with
+    SIGSTOP looks to its clients; it counts the connections made to it."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.append(writer)
+        while await reader.read(4096):  # swallowed, never answered
+            pass
+
+    async def __aenter__(self) -> FrozenRedis:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"redis://127.0.0.1:{port}/0"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for writer in self._writers:
+            writer.close()
+        if self._server is not None:
+            self._server.close()
+
+
+@pytest.fixture
+async def frozen_redis() -> AsyncIterator[FrozenRedis]:
+    async with FrozenRedis() as server:
+        yield server
+
+
+async def test_a_frozen_redis_costs_one_time_out_a_window_and_the_process_bucket_limits(
+    frozen_redis: FrozenRedis,
+) -> None:
+    """Redis frozen, the key is still limited (by the process's bucket), and the breaker
+    sends only the first call of a retry window to the frozen server: the others do not
+    each wait out the time-out (they used to, and were all let through)."""
+    client = Redis.from_url(
+        frozen_redis.url,
+        socket_timeout=0.2,
+        socket_connect_timeout=0.2,
+        retry=Retry(NoBackoff(), 0),  # as the app's client (app/resources.py)
+    )
+    breaker = Breaker(retry_seconds=600)
+    limiter = RedisRateLimiter(client, breaker=breaker, timeout=0.2)
+    try:
+        waits = [await limiter.take("k", 0.01, 2) for _ in range(30)]
+        assert waits[:2] == [0, 0]
+        assert all(90 <= wait <= 100 for wait in waits[2:])
+        assert frozen_redis.connections == 1
+        assert breaker.open
+        # The window over, the next call tries Redis again, once, and falls back again.
+        breaker._skip_until = 0
+        assert 90 <= await limiter.take("k", 0.01, 2) <= 100
+        assert await limiter.take("other", 0.01, 2) == 0
+        assert frozen_redis.connections == 2
+    finally:
+        await client.aclose()
+
+
+async def test_a_key_is_limited_while_the_apps_redis_is_frozen(
+    pg_databases: Callable[[], Awaitable[str]],
+    start_app: Callable[[Settings], Any],
+    frozen_redis: FrozenRedis,
+    ids: Callable[[str], str],
+) -> None:
+    """The app's Redis accepts and never answers: requests past the key's burst are 429
+    and, past the first, no request opens a connection to the frozen server."""
+    settings = full_settings(
+        await pg_databases(),
+        redis_url=frozen_redis.url,
+        redis_retry_seconds=600,
+        auth_mode="keys",
+        admin_key=ADMIN,
+    )
+    async with start_app(settings) as running:
+        created = await make_key(
+            running, tenant=ids("t"), rate_limit_per_second=0.01, rate_limit_burst=2
+        )
+        limited = bearer(created["key"])
+
+        seconds: list[float] = []
+
+        async def get() -> int:
+            start = time.perf_counter()
+            # A hang guard only: the default client would wait as long as the server.
+            resp = await asyncio.wait_for(
+                running.client.get("/v1/memories", params={"user_id": "u"}, headers=limited),
+                30,
+            )
+            seconds.append(time.perf_counter() - start)
+            return resp.status_code
+
+        codes = [await get()]
+        after_first = frozen_redis.connections
+        codes += [await get() for _ in range(29)]
+        assert codes == [200, 200] + [429] * 28
+        assert frozen_redis.connections == after_first
+        assert running.resources.buffer.breaker.open
+        print("frozen Redis, rate-limited key, seconds (median):", statistics.median(seconds))
+
+
+async def test_the_redis_bucket_is_shared_and_falls_back_to_the_process(
+    redis_client: Redis,
+) -> None:
     bucket = f"test-{uuid.uuid4().hex}"
     one, two = RedisRateLimiter(redis_client), RedisRateLimiter(redis_client)  # two replicas
     assert await one.take(bucket, 0.01, 2) == 0
@@ -407,10 +520,14 @@ async def test_the_redis_bucket_is_shared_and_degrades_open(redis_client: Redis)
     wait = await one.take(bucket, 0.01, 2)
     assert 90 <= wait <= 100
     assert await two.take(f"{bucket}-other", 0.01, 2) == 0  # another key's bucket is full
-    # Redis away: the request goes (a cache outage must not refuse everyone).
+    # Redis away: the process's own bucket limits the key (a cache outage must neither
+    # refuse everyone nor lift the limit).
     down = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     try:
-        assert await RedisRateLimiter(down).take(bucket, 0.01, 2) == 0
+        alone = RedisRateLimiter(down)
+        assert await alone.take(bucket, 0.01, 2) == 0
+        assert await alone.take(bucket, 0.01, 2) == 0
+        assert 90 <= await alone.take(bucket, 0.01, 2) <= 100
     finally:
         await down.aclose()
 
