@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, status
 from app.api.deps import GraphDep, TenantDep, UserIdPath
 from app.api.errors import problem_responses
 from app.errors import BadRequest, EntityNotFound, UserErasureInProgress
-from app.schemas.common import IsoDatetime
+from app.schemas.common import IsoDatetime, Text
 from app.schemas.graph import EntityPage, Neighborhood, TriplesIn, TriplesOut
 
 router = APIRouter(prefix="/v1", tags=["graph"])
@@ -40,7 +40,7 @@ async def list_entities(
     user_id: UserIdPath,
     tenant: TenantDep,
     graph: GraphDep,
-    q: Annotated[str | None, Query(max_length=256, description="part of a name")] = None,
+    q: Annotated[str | None, Text(256), Query(description="part of a name")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> EntityPage:
     return await graph.entities(tenant, user_id, q, limit=limit)
@@ -58,7 +58,7 @@ async def get_neighbors(
     user_id: UserIdPath,
     tenant: TenantDep,
     graph: GraphDep,
-    entity: Annotated[str, Query(min_length=1, max_length=256, description="name or id")],
+    entity: Annotated[str, Text(256, min_length=1), Query(description="name or id")],
     depth: Annotated[int, Query(ge=1, le=3)] = 1,
     as_of: Annotated[IsoDatetime | None, Query(description="valid time")] = None,
 ) -> Neighborhood:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, status
 from app.api.deps import ID_PATTERN, KeyDep, LimitQuery, PrincipalDep
 from app.api.errors import problem_responses
 from app.errors import BadRequest, Forbidden, InvalidCursor, KeyNotFound
+from app.schemas.common import Text
 from app.schemas.keys import KeyCreate, KeyCreated, KeyPage, KeyRevoked
 
 router = APIRouter(prefix="/v1/admin/keys", tags=["keys"])
@@ -47,7 +48,7 @@ async def list_keys(
         Query(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["acme"]),
     ] = None,
     include_revoked: bool = False,
-    cursor: Annotated[str | None, Query(max_length=64, description="from `next_cursor`")] = None,
+    cursor: Annotated[str | None, Text(64), Query(description="from `next_cursor`")] = None,
     limit: LimitQuery = 50,
 ) -> KeyPage:
     return await keys.page(keys.managed_tenant(caller, tenant), cursor, limit, include_revoked)

@@ -23,6 +23,7 @@ from app.errors import (
     UserErasureInProgress,
     VectorStoreUnavailable,
 )
+from app.schemas.common import Text
 from app.schemas.forgetting import FeedbackAccepted, FeedbackRequest
 from app.schemas.memories import (
     MemoryCreate,
@@ -36,7 +37,7 @@ from app.services.memories import memory_out
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
-CursorQuery = Annotated[str | None, Query(max_length=512, description="from `next_cursor`")]
+CursorQuery = Annotated[str | None, Text(512), Query(description="from `next_cursor`")]
 
 
 @router.post(

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from app.api.deps import ID_PATTERN, LimitQuery, SummaryDep, TenantDep
 from app.api.errors import problem_responses
 from app.errors import BadRequest, InvalidCursor, PeriodNotStarted, UserErasureInProgress
-from app.schemas.common import IsoDatetime
+from app.schemas.common import IsoDatetime, Text
 from app.schemas.summaries import (
     SummarizeAccepted,
     SummarizeRequest,
@@ -63,7 +63,7 @@ async def list_summaries(
     ] = None,
     to: Annotated[IsoDatetime | None, Query(description="periods starting at or before")] = None,
     limit: LimitQuery = 50,
-    cursor: Annotated[str | None, Query(max_length=512, description="from `next_cursor`")] = None,
+    cursor: Annotated[str | None, Text(512), Query(description="from `next_cursor`")] = None,
 ) -> SummaryPage:
     return await summaries.page(
         tenant,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
 import orjson
+from annotated_types import GroupedMetadata
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -99,16 +102,46 @@ def _not_future(value: datetime) -> datetime:
     return utc
 
 
-_TEXT_RULES = "not blank; valid Unicode (no lone surrogates) without NUL characters"
-Content = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=32_000),
-    AfterValidator(_not_blank),
-    Field(description=_TEXT_RULES),
-]
-Query = Annotated[
-    str, StringConstraints(min_length=1, max_length=4_000), AfterValidator(_not_blank)
-]
+TEXT_RULES = "valid Unicode (no lone surrogates) without NUL characters"
+
+
+def _document_text(schema: dict[str, Any]) -> None:
+    schema["description"] = "; ".join(p for p in (schema.get("description"), TEXT_RULES) if p)
+
+
+def _document_not_blank(schema: dict[str, Any]) -> None:
+    schema["description"] = "; ".join(
+        p for p in (schema.get("description"), "not blank", TEXT_RULES) if p
+    )
+
+
+@dataclass(frozen=True)
+class Text(GroupedMetadata):
+    """The one string type of every text a request stores or looks up, body field or query
+    parameter alike: `Annotated[str, Text(256)]`, or `Annotated[str, Text(256), Query()]`.
+
+    Valid Unicode without NUL: PostgreSQL's `text` refuses NUL (a driver error, once a 500)
+    where SQLite would store it, so both modes answer 422 naming the field, before anything
+    is stored. The bounds are checked first (after `strip`), then the text; the OpenAPI
+    description of the field says the rules its schema cannot."""
+
+    max_length: int
+    min_length: int = 0
+    not_blank: bool = False
+    strip: bool = False
+
+    def __iter__(self) -> Iterator[Any]:
+        yield StringConstraints(
+            min_length=self.min_length or None,
+            max_length=self.max_length,
+            strip_whitespace=self.strip or None,
+        )
+        yield AfterValidator(_not_blank if self.not_blank else _text)
+        yield Field(json_schema_extra=_document_not_blank if self.not_blank else _document_text)
+
+
+Content = Annotated[str, Text(32_000, min_length=1, not_blank=True)]
+Query = Annotated[str, Text(4_000, min_length=1, not_blank=True)]
 
 
 _ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
@@ -197,14 +230,12 @@ FilterValue = Annotated[
     | bool,
     AfterValidator(lambda v: _text(v) if isinstance(v, str) else v),
 ]
-Text = Annotated[str, AfterValidator(_text)]
 METADATA_KEY = r"^[A-Za-z0-9_-]{1,64}$"
 MetadataKey = Annotated[
     str,
     StringConstraints(pattern=METADATA_KEY),
     Field(description="a top-level metadata key"),
 ]
-"""Free text that may be empty or blank, but must be storable."""
 
 
 def only_pattern_keys(schema: dict[str, Any]) -> None:

@@ -6,18 +6,20 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StringConstraints, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from app.schemas.common import EventTime, Source, StrictModel
+from app.schemas.common import TEXT_RULES, EventTime, Source, StrictModel, Text
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
-Predicate = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_whitespace=True)]
-EntityType = Annotated[str, StringConstraints(min_length=1, max_length=64, strip_whitespace=True)]
+Name = Annotated[str, Text(256, min_length=1, strip=True)]
+Predicate = Annotated[str, Text(128, min_length=1, strip=True)]
+EntityType = Annotated[str, Text(64, min_length=1, strip=True)]
 
 
 class TripleIn(StrictModel):
     subject: Name
-    predicate: Predicate = Field(description='stored as lower snake case ("lives_in")')
+    predicate: Predicate = Field(
+        description=f'stored as lower snake case ("lives_in"); {TEXT_RULES}'
+    )
     object: Name
     subject_type: EntityType | None = None
     object_type: EntityType | None = None

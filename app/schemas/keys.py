@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.schemas.common import Identifier, StrictModel
+from app.schemas.common import TEXT_RULES, Identifier, StrictModel, Text
 
 ScopeName = Literal["read", "write", "admin"]
 
@@ -45,7 +45,9 @@ class KeyCreate(StrictModel):
         max_length=3,
         description="write implies read; admin manages the tenant's keys (never with user_id)",
     )
-    name: str = Field(default="", max_length=128, description="a label for people")
+    name: Annotated[str, Text(128)] = Field(
+        default="", description=f"a label for people; {TEXT_RULES}"
+    )
     rate_limit_per_second: float | None = Field(
         default=None,
         gt=0,

@@ -57,7 +57,9 @@ class MemoryPatch(StrictModel):
     )
     pinned: bool | SkipJsonSchema[None] = None
     metadata: Metadata | SkipJsonSchema[None] = None
-    reason: Text | None = Field(default=None, max_length=1000, description="kept in the history")
+    reason: Annotated[str, Text(1000)] | None = Field(
+        default=None, description="kept in the history"
+    )
 
 
 class MemoryOut(BaseModel):
