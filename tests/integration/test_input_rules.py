@@ -59,9 +59,7 @@ async def test_nul_in_a_graph_query_is_a_422_naming_the_parameter(
     user = ids("user")
     made = await running.client.post(f"/v1/users/{user}/graph/triples", json={"triples": [TRIPLE]})
     assert made.status_code == 201, made.text
-    resp = await running.client.get(
-        f"/v1/users/{user}/graph/{route}", params={param: "Anna\x00"}
-    )
+    resp = await running.client.get(f"/v1/users/{user}/graph/{route}", params={param: "Anna\x00"})
     assert_refused(resp, param)
 
 
