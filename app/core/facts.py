@@ -253,7 +253,9 @@ def plan(
 
 def fact_id(job_key: str, content: str) -> uuid.UUID:
     """A new fact's id: the same batch stating the same fact yields the same id, so a
-    re-run job writes nothing twice."""
+    re-run job writes nothing twice. `job_key` names the batch injectively (the tenant and
+    the job's key, encoded by `app.core.keys`: no `\x1f` in it; a job queued before that
+    passes its old key, which has one, so old and new names never meet)."""
     return uuid.uuid5(FACT_NAMESPACE, f"{job_key}\x1f{content_hash(content)}")
 
 

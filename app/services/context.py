@@ -292,7 +292,7 @@ class ContextService:
         if body.as_of is None:
             recent, working_memory = await asyncio.gather(
                 self.ingest.recent(tenant_id, session, self.window),
-                self.scratchpad.working_memory(tenant_id, session.id),
+                self.scratchpad.working_memory(tenant_id, session.user_id, session.id),
             )
         else:  # a replay: the session as it stood then, from the log (the scratchpad has
             # no history, so a replay shows none)

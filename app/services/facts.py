@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from app.core import facts, terms
+from app.core import facts, keys, terms
 from app.core.audit import AuditEvent
 from app.core.chunking import LogMessage, source_of
 from app.core.dedupe import content_hash
@@ -50,7 +50,14 @@ log = logging.getLogger("strata.facts")
 EXTRACT_FACTS = "extract_facts"
 
 
-def job_key(session_id: str, incarnation: str, from_seq: int, to_seq: int) -> str:
+def job_key(user_id: str, session_id: str, incarnation: str, from_seq: int, to_seq: int) -> str:
+    """The batch's job, by the one encoder of keys (app/core/keys.py)."""
+    return keys.facts_job_key(user_id, session_id, incarnation, from_seq, to_seq)
+
+
+def legacy_job_key(session_id: str, incarnation: str, from_seq: int, to_seq: int) -> str:
+    """The key of a job queued before keys were encoded (its payload has no "keys"): its
+    facts keep the ids that key names, so a re-run writes nothing twice."""
     return f"{session_id}\x1f{incarnation}\x1f{from_seq}-{to_seq}"
 
 
@@ -63,8 +70,9 @@ async def enqueue_extraction(
         tx,
         tenant_id=claim.tenant_id,
         kind=EXTRACT_FACTS,
-        key=job_key(claim.session_id, claim.incarnation, from_seq, to_seq),
+        key=job_key(claim.user_id, claim.session_id, claim.incarnation, from_seq, to_seq),
         payload={
+            "keys": 2,  # the key's form; its facts' ids are named by tenant and key
             "user_id": claim.user_id,
             "session_id": claim.session_id,
             "incarnation": claim.incarnation,
@@ -82,7 +90,7 @@ class _Batch:
     tenant_id: str
     user_id: str
     session_id: str
-    key: str
+    key: str  # names its facts' ids (`facts.fact_id`): the tenant and the job's key
     messages: list[facts.BatchMessage]
 
 
@@ -148,8 +156,14 @@ class FactExtractor:
         ]
         if not any(m.role == "user" for m in messages):
             return None
-        key = job_key(session_id, str(payload["incarnation"]), from_seq, to_seq)
-        return _Batch(tenant_id, session.user_id, session_id, key, messages)
+        incarnation = str(payload["incarnation"])
+        if payload.get("keys") == 2:
+            name = keys.join(
+                tenant_id, job_key(session.user_id, session_id, incarnation, from_seq, to_seq)
+            )
+        else:
+            name = legacy_job_key(session_id, incarnation, from_seq, to_seq)
+        return _Batch(tenant_id, session.user_id, session_id, name, messages)
 
     async def _similar(self, batch: _Batch) -> list[facts.KnownFact]:
         """The user's current facts nearest to the batch's user messages (dense cosine at

@@ -158,7 +158,7 @@ class IngestService:
         async with self.db.read() as tx:
             session = session_out(await self._owned(tx, tenant_id, session_id, user_id))
         if wait and session.indexed_seq < session.last_seq:
-            await self._wait_indexed(tenant_id, session_id, session.last_seq)
+            await self._wait_indexed(tenant_id, user_id, session_id, session.last_seq)
             async with self.db.read() as tx:
                 session = session_out(await self._owned(tx, tenant_id, session_id, user_id))
         return session
@@ -189,7 +189,7 @@ class IngestService:
             await self.vectors.set_payload(_index_changes(plan))
             await self.vectors.delete([*plan.erase, *(s.id for s in summaries)])
         try:
-            await self.buffer.drop(tenant_id, session_id)
+            await self.buffer.drop(tenant_id, user_id, session_id)
         except BufferUnavailable:  # the window expires by TTL anyway
             log.warning("could not drop the buffer of session %s", session_id, exc_info=True)
         await self._resummarize(tenant_id, user_id, summaries)
@@ -280,13 +280,13 @@ class IngestService:
             rows, last_seq = [], nothing.last_seq
         else:
             last_seq = rows[-1]["seq"]
-            await self._after_commit(tenant_id, session_id, rows, urgent=body.wait)
+            await self._after_commit(tenant_id, body.user_id, session_id, rows, urgent=body.wait)
         response = IngestResponse(
             accepted=len(rows), duplicates=len(body.messages) - len(rows), last_seq=last_seq
         )
         if body.wait:
             response.indexed_seq = await self._wait_indexed(
-                tenant_id, session_id, last_seq, hurried=bool(rows)
+                tenant_id, body.user_id, session_id, last_seq, hurried=bool(rows)
             )
         return response
 
@@ -363,7 +363,13 @@ class IngestService:
         return rows
 
     async def _after_commit(
-        self, tenant_id: str, session_id: str, rows: list[dict[str, Any]], *, urgent: bool
+        self,
+        tenant_id: str,
+        user_id: str,
+        session_id: str,
+        rows: list[dict[str, Any]],
+        *,
+        urgent: bool,
     ) -> None:
         """The new turns into the buffer, and the workers woken (`urgent`: the request will
         wait for them to be indexed, so a worker gathering a trickle goes on at once)."""
@@ -385,7 +391,9 @@ class IngestService:
             self.signals.urgent.set()
         try:
             # With `wake`, the pipeline also tells the workers of other processes.
-            await self.buffer.push(tenant_id, session_id, entries, wake=True, urgent=urgent)
+            await self.buffer.push(
+                tenant_id, user_id, session_id, entries, wake=True, urgent=urgent
+            )
         except BufferUnavailable:
             log.warning("buffer unavailable after commit; the log has the messages", exc_info=True)
             # The workers' poll still finds the backlog; a wake-up only saves the wait.
@@ -395,7 +403,7 @@ class IngestService:
             self.signals.work_arrived()
 
     async def _wait_indexed(
-        self, tenant_id: str, session_id: str, target: int, *, hurried: bool = False
+        self, tenant_id: str, user_id: str, session_id: str, target: int, *, hurried: bool = False
     ) -> int:
         """Wait until the watermark reaches `target` or the wait times out.
 
@@ -407,7 +415,7 @@ class IngestService:
         an error.
         """
         deadline = time.monotonic() + self.settings.wait_timeout_seconds
-        with self.signals.watch(tenant_id, session_id) as watch:
+        with self.signals.watch(tenant_id, user_id, session_id) as watch:
             while True:
                 async with self.db.read() as tx:
                     indexed = await session_store.indexed_seq(tx, tenant_id, session_id)
@@ -458,7 +466,7 @@ class IngestService:
         if session.last_seq == 0:
             return []
         try:
-            window = await self.buffer.recent(tenant_id, session.id, n)
+            window = await self.buffer.recent(tenant_id, session.user_id, session.id, n)
         except BufferUnavailable:
             log.warning("buffer unavailable; reading the log", exc_info=True)
             window = None
@@ -476,7 +484,7 @@ class IngestService:
         entries = [buffer_entry(r) for r in rows]
         if window is not None:
             try:
-                await self.buffer.replace(tenant_id, session.id, entries)
+                await self.buffer.replace(tenant_id, session.user_id, session.id, entries)
             except BufferUnavailable:
                 log.warning("could not rebuild the buffer", exc_info=True)
         return [MessageOut.model_validate(m) for m in entries[-n:]]

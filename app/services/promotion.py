@@ -408,7 +408,7 @@ class Promoter:
             log.info("lease on %s lost; another worker goes on", claim.session_id)
             return None
         if self.signals is not None:
-            await self.signals.indexed(claim.tenant_id, claim.session_id, piece.upto)
+            await self.signals.indexed(claim.tenant_id, claim.user_id, claim.session_id, piece.upto)
         return piece.count
 
     async def _embed_all(

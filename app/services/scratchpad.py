@@ -31,7 +31,9 @@ class ScratchpadService:
 
     async def get(self, tenant_id: str, session_id: str, user_id: str) -> ScratchpadOut:
         await self.ingest.get_session(tenant_id, session_id, user_id)  # 404 if not theirs
-        data, updated_at = _decode(await self.buffer.read_scratchpad(tenant_id, session_id))
+        data, updated_at = _decode(
+            await self.buffer.read_scratchpad(tenant_id, user_id, session_id)
+        )
         return self._out(session_id, data, updated_at)
 
     async def put(self, tenant_id: str, session_id: str, body: ScratchpadPut) -> ScratchpadOut:
@@ -41,18 +43,18 @@ class ScratchpadService:
             raise ScratchpadTooLarge(size, self.max_bytes)
         now = datetime.now(UTC)
         stored = orjson.dumps({"data": body.data, "updated_at": now.isoformat()})
-        await self.buffer.write_scratchpad(tenant_id, session_id, stored)
+        await self.buffer.write_scratchpad(tenant_id, body.user_id, session_id, stored)
         return self._out(session_id, body.data, now)
 
     async def delete(self, tenant_id: str, session_id: str, user_id: str) -> None:
         await self.ingest.get_session(tenant_id, session_id, user_id)
-        await self.buffer.drop_scratchpad(tenant_id, session_id)
+        await self.buffer.drop_scratchpad(tenant_id, user_id, session_id)
 
-    async def working_memory(self, tenant_id: str, session_id: str) -> dict[str, Any]:
+    async def working_memory(self, tenant_id: str, user_id: str, session_id: str) -> dict[str, Any]:
         """For context (the session is already checked): `{}` when the buffer fails, so
         that a Redis outage costs the working memory, not the whole context."""
         try:
-            raw = await self.buffer.read_scratchpad(tenant_id, session_id)
+            raw = await self.buffer.read_scratchpad(tenant_id, user_id, session_id)
         except BufferUnavailable:
             log.warning("buffer unavailable; context without working memory", exc_info=True)
             return {}

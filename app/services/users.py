@@ -223,7 +223,7 @@ class UserSections:
     async def buffers(self, tenant_id: str, user_id: str) -> Chunks:
         async def each() -> AsyncIterator[dict[str, Any]]:
             async for row in self._each_session(tenant_id, user_id):
-                window, pad = await self.buffer.snapshot(tenant_id, row.id)
+                window, pad = await self.buffer.snapshot(tenant_id, user_id, row.id)
                 if not window and pad is None:
                     continue
                 yield {
@@ -488,7 +488,7 @@ class ErasureService:
             if not ids:
                 return False
             # Redis first: if it is down the batch rolls back and the job retries.
-            keys = await self.buffer.drop_sessions(tenant_id, ids)
+            keys = await self.buffer.drop_sessions(tenant_id, user_id, ids)
             messages, sessions = await user_store.delete_sessions(tx, tenant_id, ids)
             await user_store.add_erased(
                 tx,
@@ -497,7 +497,7 @@ class ErasureService:
                 {"sessions": sessions, "messages": messages, "buffer_keys": keys},
             )
         # Again after the commit: a context call may have rebuilt a window meanwhile.
-        if late := await self.buffer.drop_sessions(tenant_id, ids):
+        if late := await self.buffer.drop_sessions(tenant_id, user_id, ids):
             async with self.db.transaction() as tx:
                 await user_store.add_erased(tx, tenant_id, user_id, {"buffer_keys": late})
         return True

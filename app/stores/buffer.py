@@ -3,7 +3,8 @@
 
 The window is a sorted set scored by `seq`, so concurrent ingests that push out of order
 still read back in order, and a replayed push is a no-op. The scratchpad is one JSON string
-next to it. Keys are hash-tagged per session (`{tenant:session}`) for Redis Cluster, and
+next to it. Keys are hash-tagged per session (`{tenant/user/session}`, each id escaped
+by `app.core.keys`, so no two sessions share a key) for Redis Cluster, and
 the two share one TTL: any activity on either refreshes both. Losing Redis loses no message:
 the window is rebuilt from the message log when it is missing or behind. The scratchpad is
 working memory only: lost, it reads back empty.
@@ -26,6 +27,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.core import keys
 from app.errors import BufferUnavailable
 
 WAKE_CHANNEL = "strata:wake"
@@ -34,12 +36,12 @@ WAKE_CHANNEL = "strata:wake"
 URGENT_WAKE = b"2:" + os.urandom(6).hex().encode()
 
 
-def _window_key(tenant_id: str, session_id: str) -> str:
-    return f"strata:{{{tenant_id}:{session_id}}}:window"
+def _window_key(tenant_id: str, user_id: str, session_id: str) -> str:
+    return keys.window_key(tenant_id, user_id, session_id)
 
 
-def _scratchpad_key(tenant_id: str, session_id: str) -> str:
-    return f"strata:{{{tenant_id}:{session_id}}}:scratchpad"
+def _scratchpad_key(tenant_id: str, user_id: str, session_id: str) -> str:
+    return keys.scratchpad_key(tenant_id, user_id, session_id)
 
 
 class Breaker:
@@ -81,6 +83,7 @@ class Buffer:
     async def push(
         self,
         tenant_id: str,
+        user_id: str,
         session_id: str,
         messages: Sequence[dict[str, Any]],
         *,
@@ -92,100 +95,126 @@ class Buffer:
         `app.stores.signals`), all in one round trip."""
         if not messages:
             return
-        key = _window_key(tenant_id, session_id)
+        key = _window_key(tenant_id, user_id, session_id)
         mapping: dict[bytes, float] = {orjson.dumps(m): m["seq"] for m in messages[-self.window :]}
         with self._unavailable():
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.zadd(key, mapping)
                 pipe.zremrangebyrank(key, 0, -(self.window + 1))
                 pipe.expire(key, self.ttl)
-                pipe.expire(_scratchpad_key(tenant_id, session_id), self.ttl)
+                pipe.expire(_scratchpad_key(tenant_id, user_id, session_id), self.ttl)
                 if wake:
                     pipe.publish(WAKE_CHANNEL, URGENT_WAKE if urgent else b"1")
                 await pipe.execute()
 
     async def replace(
-        self, tenant_id: str, session_id: str, messages: Sequence[dict[str, Any]]
+        self, tenant_id: str, user_id: str, session_id: str, messages: Sequence[dict[str, Any]]
     ) -> None:
         """Rebuild the window from the log."""
-        key = _window_key(tenant_id, session_id)
+        key = _window_key(tenant_id, user_id, session_id)
         with self._unavailable():
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.delete(key)
                 if messages:
                     pipe.zadd(key, {orjson.dumps(m): m["seq"] for m in messages[-self.window :]})
                     pipe.expire(key, self.ttl)
-                pipe.expire(_scratchpad_key(tenant_id, session_id), self.ttl)
+                pipe.expire(_scratchpad_key(tenant_id, user_id, session_id), self.ttl)
                 await pipe.execute()
 
-    async def recent(self, tenant_id: str, session_id: str, n: int) -> list[dict[str, Any]]:
+    async def recent(
+        self, tenant_id: str, user_id: str, session_id: str, n: int
+    ) -> list[dict[str, Any]]:
         """Up to `n` newest messages, oldest first; refreshes the TTL (activity)."""
-        key = _window_key(tenant_id, session_id)
+        key = _window_key(tenant_id, user_id, session_id)
         with self._unavailable():
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zrange(key, -n, -1)
                 pipe.expire(key, self.ttl)
-                pipe.expire(_scratchpad_key(tenant_id, session_id), self.ttl)
+                pipe.expire(_scratchpad_key(tenant_id, user_id, session_id), self.ttl)
                 raw, *_ = await pipe.execute()
         return [orjson.loads(item) for item in raw]
 
-    async def drop(self, tenant_id: str, session_id: str) -> None:
+    async def drop(self, tenant_id: str, user_id: str, session_id: str) -> None:
         """The session's window and scratchpad."""
         with self._unavailable():
             await self.redis.delete(
-                _window_key(tenant_id, session_id), _scratchpad_key(tenant_id, session_id)
+                _window_key(tenant_id, user_id, session_id),
+                _scratchpad_key(tenant_id, user_id, session_id),
             )
 
-    async def drop_sessions(self, tenant_id: str, session_ids: Sequence[str]) -> int:
+    async def drop_sessions(self, tenant_id: str, user_id: str, session_ids: Sequence[str]) -> int:
         """Every session's window and scratchpad (erasure); how many keys there were."""
         if not session_ids:
             return 0
-        keys = [
+        names = [
             k
             for sid in session_ids
-            for k in (_window_key(tenant_id, sid), _scratchpad_key(tenant_id, sid))
+            for k in (
+                _window_key(tenant_id, user_id, sid),
+                _scratchpad_key(tenant_id, user_id, sid),
+            )
         ]
+        return await self._delete_each(names)
+
+    async def drop_user(self, tenant_id: str, user_id: str) -> int:
+        """Every key naming the user, whatever wrote it (erasure's last step): their
+        sessions' windows and scratchpads, their change mark; how many there were. A SCAN
+        of the keyspace: erasure is rare, and a key left behind would name the user."""
+        found: list[str | bytes] = []
+        with self._unavailable():
+            for pattern in keys.user_key_patterns(tenant_id, user_id):
+                async for key in self.redis.scan_iter(match=pattern, count=1000):
+                    found.append(key)
+        return await self._delete_each(found)
+
+    async def _delete_each(self, names: Sequence[str | bytes]) -> int:
+        if not names:
+            return 0
         with self._unavailable():
             # One key per call: hash tags put a session's keys, not several sessions', in
             # one Redis Cluster slot.
             async with self.redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.delete(key)
+                for name in names:
+                    pipe.delete(name)
                 removed = await pipe.execute()
         return sum(int(n) for n in removed)
 
-    async def snapshot(self, tenant_id: str, session_id: str) -> tuple[list[bytes], bytes | None]:
+    async def snapshot(
+        self, tenant_id: str, user_id: str, session_id: str
+    ) -> tuple[list[bytes], bytes | None]:
         """The session's window (oldest first) and scratchpad as stored, without refreshing
         their TTL: reading them for an export is not activity."""
         with self._unavailable():
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.zrange(_window_key(tenant_id, session_id), 0, -1)
-                pipe.get(_scratchpad_key(tenant_id, session_id))
+                pipe.zrange(_window_key(tenant_id, user_id, session_id), 0, -1)
+                pipe.get(_scratchpad_key(tenant_id, user_id, session_id))
                 window, pad = await pipe.execute()
         return list(window), pad if isinstance(pad, bytes) else None
 
-    async def read_scratchpad(self, tenant_id: str, session_id: str) -> bytes | None:
+    async def read_scratchpad(self, tenant_id: str, user_id: str, session_id: str) -> bytes | None:
         """The scratchpad as stored (None when there is none); refreshes the session's TTL."""
-        key = _scratchpad_key(tenant_id, session_id)
+        key = _scratchpad_key(tenant_id, user_id, session_id)
         with self._unavailable():
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(key)
                 pipe.expire(key, self.ttl)
-                pipe.expire(_window_key(tenant_id, session_id), self.ttl)
+                pipe.expire(_window_key(tenant_id, user_id, session_id), self.ttl)
                 raw, *_ = await pipe.execute()
         return raw if isinstance(raw, bytes) else None
 
-    async def write_scratchpad(self, tenant_id: str, session_id: str, value: bytes) -> None:
+    async def write_scratchpad(
+        self, tenant_id: str, user_id: str, session_id: str, value: bytes
+    ) -> None:
         """Replace the scratchpad, with the session's TTL (refreshing the window's too)."""
         with self._unavailable():
             async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.set(_scratchpad_key(tenant_id, session_id), value, ex=self.ttl)
-                pipe.expire(_window_key(tenant_id, session_id), self.ttl)
+                pipe.set(_scratchpad_key(tenant_id, user_id, session_id), value, ex=self.ttl)
+                pipe.expire(_window_key(tenant_id, user_id, session_id), self.ttl)
                 await pipe.execute()
 
-    async def drop_scratchpad(self, tenant_id: str, session_id: str) -> None:
+    async def drop_scratchpad(self, tenant_id: str, user_id: str, session_id: str) -> None:
         with self._unavailable():
-            await self.redis.delete(_scratchpad_key(tenant_id, session_id))
+            await self.redis.delete(_scratchpad_key(tenant_id, user_id, session_id))
 
     async def ping(self) -> float:
         start = time.perf_counter()

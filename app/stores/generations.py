@@ -26,13 +26,13 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.core import keys
 from app.errors import BufferUnavailable
 from app.stores.buffer import Breaker
 from app.stores.changes import EVERYONE, Scope
 
 log = logging.getLogger("strata.generations")
 
-KEY_PREFIX = "strata:gen:"
 KEY_TTL_SECONDS = 86_400  # a user quiet for a day starts again from "never bumped"
 
 # (this process's failures, the everyone-generation, the user's). Locally a generation is
@@ -42,9 +42,11 @@ Stamp = tuple[int, int | str | None, int | str | None]
 
 
 def _key(scope: Scope) -> str:
-    # Hash-tagged by tenant and user (docs/scaling.md: Redis Cluster), "\x1f" between the
-    # two since either may contain ":".
-    return f"{KEY_PREFIX}{{{scope[0]}\x1f{scope[1]}}}"
+    # Hash-tagged by tenant and user (docs/scaling.md: Redis Cluster), named by the one
+    # encoder of keys (app/core/keys.py); everyone's mark has a key no user's can be.
+    if scope == EVERYONE:
+        return keys.GENERATION_EVERYONE
+    return keys.generation_key(*scope)
 
 
 class Generations:

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from redis.asyncio import Redis
 
+from app.core import keys as key_names
 from app.core.auth import take_token
 from app.errors import BufferUnavailable
 from app.stores.buffer import Breaker
@@ -94,7 +95,7 @@ class RedisRateLimiter:
             with self._breaker.guard():
                 async with asyncio.timeout(self._timeout):
                     allowed, wait_ms = await self._script(
-                        keys=[f"strata:ratelimit:{{{bucket}}}"], args=[repr(rate), burst]
+                        keys=[key_names.ratelimit_key(bucket)], args=[repr(rate), burst]
                     )
         except BufferUnavailable as exc:
             now = time.monotonic()

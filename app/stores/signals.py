@@ -18,11 +18,11 @@ from collections.abc import Iterator
 
 from redis.asyncio import Redis
 
+from app.core import keys
 from app.errors import BufferUnavailable
 from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker
 
 INDEXED_CHANNEL = "strata:indexed"
-_SEP = "\x1f"
 
 log = logging.getLogger("strata.signals")
 
@@ -58,7 +58,7 @@ class Signals:
         # Set when a request waits for the index (`wait=true`): a worker pausing to gather a
         # trickle of messages into one pass (`worker_debounce_seconds`) goes on at once.
         self.urgent = asyncio.Event()
-        self._watches: dict[tuple[str, str], set[Watch]] = {}
+        self._watches: dict[tuple[str, str, str], set[Watch]] = {}
         self._task: asyncio.Task[None] | None = None
 
     # Local side.
@@ -82,9 +82,9 @@ class Signals:
             log.debug("could not publish an urgent wake-up", exc_info=True)
 
     @contextlib.contextmanager
-    def watch(self, tenant_id: str, session_id: str) -> Iterator[Watch]:
+    def watch(self, tenant_id: str, user_id: str, session_id: str) -> Iterator[Watch]:
         """Register before reading the watermark, so that no advance falls in between."""
-        key = (tenant_id, session_id)
+        key = (tenant_id, user_id, session_id)
         watch = Watch()
         self._watches.setdefault(key, set()).add(watch)
         try:
@@ -96,22 +96,22 @@ class Signals:
                 if not watches:
                     del self._watches[key]
 
-    def _advanced(self, tenant_id: str, session_id: str, seq: int) -> None:
-        for watch in self._watches.get((tenant_id, session_id), ()):
+    def _advanced(self, tenant_id: str, user_id: str, session_id: str, seq: int) -> None:
+        for watch in self._watches.get((tenant_id, user_id, session_id), ()):
             watch._wake(seq)
 
     # Across processes.
 
-    async def indexed(self, tenant_id: str, session_id: str, seq: int) -> None:
+    async def indexed(self, tenant_id: str, user_id: str, session_id: str, seq: int) -> None:
         """The worker committed the session's watermark at `seq`: wake its waiters here and
         in the other processes. Never raises: a lost signal only delays a waiter."""
-        self._advanced(tenant_id, session_id, seq)
+        self._advanced(tenant_id, user_id, session_id, seq)
         if self.redis is None:
             return
         try:
             with self.breaker.guard():
                 await self.redis.publish(
-                    INDEXED_CHANNEL, f"{tenant_id}{_SEP}{session_id}{_SEP}{seq}".encode()
+                    INDEXED_CHANNEL, keys.indexed_message(tenant_id, user_id, session_id, seq)
                 )
         except BufferUnavailable:
             log.debug("could not publish an index advance", exc_info=True)
@@ -157,6 +157,5 @@ class Signals:
                 self.urgent.set()
             return
         text = data.decode() if isinstance(data, bytes) else data
-        parts = text.split(_SEP)
-        if len(parts) == 3 and parts[2].isdigit():
-            self._advanced(parts[0], parts[1], int(parts[2]))
+        if (parsed := keys.parse_indexed(text)) is not None:
+            self._advanced(*parsed)

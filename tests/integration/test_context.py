@@ -147,7 +147,7 @@ async def test_a_flushed_redis_loses_nothing(mode_app: Running, ids: Callable[[s
     await post_messages(running, session, user, [turn("step 5", id="s5")])
     body = await context(running, session, user)
     assert [m["id"] for m in body["sections"]["recent_messages"]] == [f"s{i}" for i in range(6)]
-    key = _window_key(running.resources.settings.default_tenant, session)
+    key = _window_key(running.resources.settings.default_tenant, user, session)
     assert await redis.zcard(key) == 6  # rebuilt
     listed = await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
     assert len(listed.json()["items"]) == 6

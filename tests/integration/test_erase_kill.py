@@ -157,7 +157,7 @@ async def seed(db: Database, buffer: Buffer, vectors: VectorIndex, user: str) ->
                 await message_store.insert_many(tx, rows)
                 await session_store.advance_last_seq(tx, TENANT, sid, MESSAGES, now)
                 await buffer.push(
-                    TENANT, sid, [{"seq": r["seq"], "content": r["content"]} for r in rows]
+                    TENANT, owner, sid, [{"seq": r["seq"], "content": r["content"]} for r in rows]
                 )
                 for r in rows:
                     mid = uuid.uuid4()
@@ -284,9 +284,9 @@ async def test_an_erasure_killed_half_way_finishes_on_another_worker(
             assert kept.scalar_one() > 0, column
         assert await user_store.get(tx, TENANT, user) is None
     if full:
-        windows = [_window_key(TENANT, f"{user}-s{s}") for s in range(SESSIONS)]
+        windows = [_window_key(TENANT, user, f"{user}-s{s}") for s in range(SESSIONS)]
         assert await redis.exists(*windows) == 0
-        assert await redis.exists(_window_key(TENANT, "bystander-s0")) == 1
+        assert await redis.exists(_window_key(TENANT, "bystander", "bystander-s0")) == 1
 
     survivor.send_signal(signal.SIGTERM)
     assert survivor.wait(timeout=15) == 0, logs(tmp_path)

@@ -190,7 +190,7 @@ async def test_the_buffer_holds_the_window_and_refreshes_its_ttl(
     user, session = ids("user"), ids("session")
     await post_messages(running, session, user, [turn(f"m{i}") for i in range(3)], wait=False)
     redis = running.resources.buffer.redis
-    key = _window_key(running.resources.settings.default_tenant, session)
+    key = _window_key(running.resources.settings.default_tenant, user, session)
     assert await redis.zcard(key) == 3
     ttl = await redis.ttl(key)
     assert 0 < ttl <= running.resources.settings.buffer_ttl_seconds

@@ -113,8 +113,10 @@ async def test_it_lives_and_dies_with_the_session_buffer(
     tenant = running.resources.settings.default_tenant
     ttl = running.resources.settings.buffer_ttl_seconds
     redis = running.resources.buffer.redis
-    pad, window = _scratchpad_key(tenant, session), _window_key(tenant, session)
-    assert pad == f"strata:{{{tenant}:{session}}}:scratchpad"  # one hash slot with the window
+    pad, window = _scratchpad_key(tenant, user, session), _window_key(tenant, user, session)
+    # One hash slot with the window
+    assert pad == f"strata:{{{tenant}/{user}/{session}}}:scratchpad"
+    assert window == f"strata:{{{tenant}/{user}/{session}}}:window"
 
     await post_messages(running, session, user, [turn("hello")], wait=False)
     await put_pad(running, session, user, {"plan": "a"})

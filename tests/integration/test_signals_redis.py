@@ -31,16 +31,18 @@ async def test_what_ingest_and_a_waiting_request_publish() -> None:
     try:
         buffer = Buffer(redis, window=10, ttl_seconds=60)
         message = [{"seq": 1, "content": "x"}]
-        await buffer.push("t", "signals-test", message, wake=True)
+        await buffer.push("t", "u", "signals-test", message, wake=True)
         assert await _next_wake(pubsub) == b"1"
-        await buffer.push("t", "signals-test", message, wake=True, urgent=True)
+        await buffer.push("t", "u", "signals-test", message, wake=True, urgent=True)
         assert await _next_wake(pubsub) == URGENT_WAKE
         await Signals(redis, Breaker(retry_seconds=5)).hurry()
         assert await _next_wake(pubsub) == URGENT_WAKE
         assert URGENT_WAKE.startswith(b"2:")
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
-        await redis.delete("strata:{t:signals-test}:window", "strata:{t:signals-test}:scratchpad")
+        await redis.delete(
+            "strata:{t/u/signals-test}:window", "strata:{t/u/signals-test}:scratchpad"
+        )
         await redis.aclose()
 
 

@@ -154,13 +154,13 @@ async def test_every_buffer_call_on_a_closed_port_is_buffer_unavailable() -> Non
     redis = Redis.from_url(f"redis://127.0.0.1:{_closed_port()}/0")
     buffer = Buffer(redis, window=10, ttl_seconds=60)  # no breaker: every call tries Redis
     calls: list[Callable[[], Awaitable[Any]]] = [
-        lambda: buffer.push("t", "s", [{"seq": 1}], wake=True),
-        lambda: buffer.replace("t", "s", [{"seq": 1}]),
-        lambda: buffer.recent("t", "s", 5),
-        lambda: buffer.drop("t", "s"),
-        lambda: buffer.read_scratchpad("t", "s"),
-        lambda: buffer.write_scratchpad("t", "s", b"{}"),
-        lambda: buffer.drop_scratchpad("t", "s"),
+        lambda: buffer.push("t", "u", "s", [{"seq": 1}], wake=True),
+        lambda: buffer.replace("t", "u", "s", [{"seq": 1}]),
+        lambda: buffer.recent("t", "u", "s", 5),
+        lambda: buffer.drop("t", "u", "s"),
+        lambda: buffer.read_scratchpad("t", "u", "s"),
+        lambda: buffer.write_scratchpad("t", "u", "s", b"{}"),
+        lambda: buffer.drop_scratchpad("t", "u", "s"),
         buffer.ping,
     ]
     try:

@@ -197,7 +197,9 @@ async def test_erasure_removes_everything_and_answers_a_receipt(
     )
     redis = running.resources.buffer.redis
     assert (
-        await redis.exists(_window_key("default", session), _scratchpad_key("default", session))
+        await redis.exists(
+            _window_key("default", user, session), _scratchpad_key("default", user, session)
+        )
         == 0
     )
     # Afterwards: recall is an empty 200, export a 404, the history of a memory a 404.

@@ -14,19 +14,25 @@ def signals() -> Signals:
 
 async def test_a_watch_keeps_the_highest_watermark_signalled() -> None:
     hub = signals()
-    with hub.watch("t", "s") as watch, hub.watch("t", "other") as other:
-        await hub.indexed("t", "s", 20)
-        await hub.indexed("t", "s", 10)  # an older advance, heard late
+    with (
+        hub.watch("t", "u", "s") as watch,
+        hub.watch("t", "u", "other") as other,
+        hub.watch("t", "v", "s") as theirs,
+    ):
+        await hub.indexed("t", "u", "s", 20)
+        await hub.indexed("t", "u", "s", 10)  # an older advance, heard late
         await asyncio.wait_for(watch.wait(1), 1)
         assert watch.seq == 20
         assert other.seq == 0  # another session's advance is not this one's
+        assert theirs.seq == 0  # nor another user's session of the same id
 
 
 async def test_an_advance_from_another_process_carries_its_seq() -> None:
     hub = signals()
-    with hub.watch("t", "s") as watch:
-        hub._dispatch(INDEXED_CHANNEL.encode(), b"t\x1fs\x1f42")
-        hub._dispatch(INDEXED_CHANNEL, "t\x1fs\x1fnot-a-number")  # ignored
+    with hub.watch("t:x", "u/1", "s") as watch:
+        hub._dispatch(INDEXED_CHANNEL.encode(), b"t:x/u%2F1/s/42")
+        hub._dispatch(INDEXED_CHANNEL, "t:x/u%2F1/s/not-a-number")  # ignored
+        hub._dispatch(INDEXED_CHANNEL, "t:x/u/1/s/43")  # another user's: ignored
         assert watch.seq == 42
 
 
