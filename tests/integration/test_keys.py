@@ -494,7 +494,7 @@ async def test_a_key_is_limited_while_the_apps_redis_is_frozen(
         async def get() -> int:
             start = time.perf_counter()
             # A hang guard only: the default client would wait as long as the server.
-            resp = await asyncio.wait_for(
+            resp: httpx.Response = await asyncio.wait_for(
                 running.client.get("/v1/memories", params={"user_id": "u"}, headers=limited),
                 30,
             )
