@@ -10,6 +10,11 @@ may be cut instead: when the required items alone do not fit, its middle is elid
 and tail kept, `… [n tokens elided] …` between them) until they do, and `Packed.truncated`
 says which. Only when the `whole` items and the bare minimum of the others (their prefix and
 an ellipsis) do not fit is the budget too small, and the caller says so.
+
+Stored text is data, never the service's own structure: `set_off` makes it one item's lines
+(its further lines indented, a line that would open with `#` escaped), so that every line
+starting at the margin, and every heading, is the service's (docs/security.md). The packer
+counts items as given, so it is applied before packing and every count stays exact.
 """
 
 from __future__ import annotations
@@ -33,6 +38,39 @@ class Item:
 
 
 ELLIPSIS = "…"
+
+# The indent of a stored item's lines after its first, and the characters that, opening a
+# line (after its spaces), are escaped: `#` (a heading) and the escape itself, so that
+# `restore` undoes `set_off` exactly.
+INDENT = "  "
+_ESCAPED = ("#", "\\")
+
+
+def set_off(text: str) -> str:
+    """Stored `text` as the lines of one item: its lines after the first indented, and a
+    backslash before a line's first character when that is `#` or `\\`. Any line break
+    Python knows (`str.splitlines`: also `\\r`, `\\x0b`, U+2028 ...) becomes `\\n`."""
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        body = line.lstrip()
+        if body.startswith(_ESCAPED):
+            line = f"{line[: len(line) - len(body)]}\\{body}"
+        lines[n] = line if n == 0 else INDENT + line
+    return "\n".join(lines)
+
+
+def restore(text: str) -> str:
+    """`set_off`'s lines after the first back as stored (an item's part after its first
+    line's start, e.g. an elided message's excerpt after the speaker)."""
+    first, *rest = text.split("\n")
+    lines = [first]
+    for line in rest:
+        line = line.removeprefix(INDENT)
+        body = line.lstrip()
+        if body.startswith("\\"):
+            line = line[: len(line) - len(body)] + body[1:]
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def elision_mark(tokens: int) -> str:

@@ -74,7 +74,13 @@ class ContextDropped(BaseModel):
 
 class ContextResponse(BaseModel):
     sections: ContextSections
-    text: str = Field(description="the sections rendered as one prompt")
+    text: str = Field(
+        description="the sections rendered as one prompt, each under its heading (`## …`). "
+        "Stored content is data, set off so that it cannot pass for a heading or a section: "
+        "every item but the system prompt starts after a bullet or a speaker, its further "
+        "lines are indented by two spaces, and a line of it opening with `#` or `\\` is "
+        "escaped with a backslash. The system prompt is the caller's own, as given."
+    )
     tokens: ContextTokens = Field(description="per section, and `total` = tokens of `text`")
     token_budget: int
     tokenizer: str

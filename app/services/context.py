@@ -15,6 +15,12 @@ rendered in this order as headed blocks, one line per item:
 A section without items is not rendered. docs/seams.md shows how to add one. A last user
 message too long for the budget is shown with its middle elided and reported in
 `truncated`; only a system prompt that does not fit is a 422.
+
+Every item but the system prompt is stored data (`packing.set_off`): its lines after the
+first are indented and a line opening with `#` is escaped, so no message, memory, summary,
+profile entry or scratchpad value can start a line of its own at the margin, or pass for one
+of the headings above. The system prompt is the application's own instructions, set by the
+caller for the session, and is rendered as given (docs/security.md).
 """
 
 from __future__ import annotations
@@ -88,20 +94,21 @@ def layout(
     """
 
     def items(lines: Sequence[str]) -> list[packing.Item]:
-        return [packing.Item(i, text) for i, text in enumerate(lines)]
+        return [packing.Item(i, packing.set_off(text)) for i, text in enumerate(lines)]
 
     def turns(lines: Sequence[str]) -> list[packing.Item]:
         # `speaker: content`: an elided message keeps its speaker.
+        shown = [packing.set_off(t) for t in lines]
         return [
             packing.Item(i, t, prefix=t.find(": ") + 2 if ": " in t else 0)
-            for i, t in enumerate(lines)
+            for i, t in enumerate(shown)
         ]
 
     section = packing.Section
     sections = [
         section(
             "system_prompt",
-            items([system_prompt] if system_prompt else []),
+            [packing.Item(0, system_prompt)] if system_prompt else [],
             priority=0,
             head=HEAD_SYSTEM,
             whole=True,
@@ -142,7 +149,8 @@ def section_names() -> list[str]:
 
 def message_line(m: MessageOut) -> str:
     name = m.metadata.get("name") if m.metadata else None
-    speaker = name if isinstance(name, str) and name.strip() else m.role
+    # A name is one line, whatever was stored.
+    speaker = " ".join(name.split()) if isinstance(name, str) and name.strip() else m.role
     return f"{speaker}: {m.content}"
 
 
@@ -267,7 +275,9 @@ class ContextService:
                 summaries=[summaries[i] for i in kept["summaries"]],
                 memories=kept_memories,
                 recent_messages=[
-                    recent[item.key].model_copy(update={"content": item.text[item.prefix :]})
+                    recent[item.key].model_copy(
+                        update={"content": packing.restore(item.text[item.prefix :])}
+                    )
                     if item.key in cut
                     else recent[item.key]
                     for item in packed.kept["recent_messages"]
