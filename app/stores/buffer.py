@@ -34,6 +34,8 @@ WAKE_CHANNEL = "strata:wake"
 # A wake-up for which a request waits (`Signals.hurry`), tagged with this process, whose
 # own worker set its flag directly and ignores the echo (an extra, empty pass otherwise).
 URGENT_WAKE = b"2:" + os.urandom(6).hex().encode()
+# The change marks' lifetime (app/stores/generations.py, which imports this module).
+GENERATION_TTL_SECONDS = 86_400
 
 
 def _window_key(tenant_id: str, user_id: str, session_id: str) -> str:
@@ -158,14 +160,22 @@ class Buffer:
 
     async def drop_user(self, tenant_id: str, user_id: str) -> int:
         """Every key naming the user, whatever wrote it (erasure's last step): their
-        sessions' windows and scratchpads, their change mark; how many there were. A SCAN
-        of the keyspace: erasure is rare, and a key left behind would name the user."""
+        sessions' windows and scratchpads, and their change mark for context's cached reads
+        (app/stores/generations.py); how many there were. A SCAN of the keyspace: erasure
+        is rare, and a key left behind would name the user. Everyone's change mark then
+        moves on: a read cached before the user's mark first existed would otherwise pass
+        for current again once it is gone."""
         found: list[str | bytes] = []
         with self._unavailable():
             for pattern in keys.user_key_patterns(tenant_id, user_id):
                 async for key in self.redis.scan_iter(match=pattern, count=1000):
                     found.append(key)
-        return await self._delete_each(found)
+        removed = await self._delete_each(found)
+        with self._unavailable():
+            await self.redis.set(
+                keys.GENERATION_EVERYONE, os.urandom(16).hex(), ex=GENERATION_TTL_SECONDS
+            )
+        return removed
 
     async def _delete_each(self, names: Sequence[str | bytes]) -> int:
         if not names:

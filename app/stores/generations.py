@@ -28,12 +28,12 @@ from redis.exceptions import RedisError
 
 from app.core import keys
 from app.errors import BufferUnavailable
-from app.stores.buffer import Breaker
+from app.stores.buffer import GENERATION_TTL_SECONDS, Breaker
 from app.stores.changes import EVERYONE, Scope
 
 log = logging.getLogger("strata.generations")
 
-KEY_TTL_SECONDS = 86_400  # a user quiet for a day starts again from "never bumped"
+KEY_TTL_SECONDS = GENERATION_TTL_SECONDS  # a user quiet for a day: "never bumped" again
 
 # (this process's failures, the everyone-generation, the user's). Locally a generation is
 # a count (0: never bumped); in Redis a random token, so that a key lost and set again

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from app.core import keys
 from app.settings import Settings
 from tests.conftest import Running, full_settings, turn
 
@@ -98,3 +99,43 @@ async def test_tenant_acme_and_tenant_acme_x_share_no_buffer(
     pad = await app.get("/v1/sessions/y/scratchpad", params={"user_id": user}, headers=inner)
     assert pad.json()["data"] == {"who": "acme:x"}
     assert await recent("y", inner) == ["inner secret: the vault code is 4711"]
+
+
+@pytest.mark.parametrize("mode_app", ["full"], indirect=True)
+async def test_no_redis_key_names_an_erased_user(
+    mode_app: Running, ids: Callable[[str], str]
+) -> None:
+    """Erasure removes every Redis key naming the user: each session's window and
+    scratchpad and the change mark of context's cached reads (docs/privacy.md)."""
+    running = mode_app
+    app, redis = running.client, running.resources.buffer.redis
+    user, bystander = ids("erased:user"), ids("bystander")
+    for who in (user, bystander):
+        for session in (f"{who}-s1", f"{who}:s2"):
+            resp = await app.post(
+                f"/v1/sessions/{session}/messages",
+                json={"user_id": who, "messages": [turn(f"{who} lives in Porto.")]},
+            )
+            assert resp.status_code == 202, resp.text
+            resp = await app.put(
+                f"/v1/sessions/{session}/scratchpad", json={"user_id": who, "data": {"a": 1}}
+            )
+            assert resp.status_code == 200, resp.text
+        patched = await app.patch(f"/v1/users/{who}/profile", json={"city": "Porto"})
+        assert patched.status_code == 200, patched.text
+        resp = await app.post(f"/v1/sessions/{who}-s1/context", json={"user_id": who})
+        assert resp.status_code == 200, resp.text
+
+    async def naming(who: str) -> list[bytes]:
+        return [
+            k
+            async for k in redis.scan_iter(count=1000)
+            if who.encode() in k or keys.part(who).encode() in k
+        ]
+
+    before = await naming(user)
+    assert len(before) >= 5, before  # two windows, two scratchpads, the change mark
+    erased = await app.delete(f"/v1/users/{user}")
+    assert erased.status_code == 200, erased.text
+    assert await naming(user) == []
+    assert len(await naming(bystander)) == len(before)
