@@ -1,10 +1,18 @@
-"""Schemathesis against the real server, as `make run` starts it, for a bounded time with a
-fixed seed: no 5xx, and every answer conforms to the OpenAPI document (status code,
-content type, headers, body schema), bad input is refused, auth is not ignored, a 405
-lists what is allowed. docs/reliability.md ("Fuzzing") has the command and the findings.
+"""Schemathesis against the real server, for a bounded time with a fixed seed: no 5xx, and
+every answer conforms to the OpenAPI document (status code, content type, headers, body
+schema), bad input is refused, auth is not ignored, a 405 lists what is allowed.
+docs/reliability.md ("Fuzzing") has the command and the findings.
 
-`STRATA_FUZZ_SECONDS` (default 90) and `STRATA_FUZZ_SEED` (default 20261130) change the
-budget and the seed, e.g. for a longer run by hand.
+Two servers, each started as `make run` starts it:
+- embedded (SQLite, Qdrant Edge, the in-process buffer), with `STRATA_API_KEY`;
+- full: PostgreSQL (a fresh database from tests/conftest.py) and Redis (`STRATA_TEST_REDIS`),
+  the index embedded, called with a key created for a tenant by the operator
+  (`STRATA_ADMIN_KEY`, docs/security.md): the driver's own refusals (NUL in text, once a 500
+  on PostgreSQL only) and the key store show there.
+
+`STRATA_FUZZ_SECONDS` (default 90, embedded), `STRATA_FUZZ_FULL_SECONDS` (default 45) and
+`STRATA_FUZZ_SEED` (default 20261130) change the budgets and the seed, e.g. for a longer run
+by hand.
 """
 
 from __future__ import annotations
@@ -16,15 +24,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from redis.asyncio import Redis
+
+from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "fuzz-key"
+ADMIN = "fuzz-operator"
 pytestmark = pytest.mark.e2e
 
 # What the run leaves out, and why (each discussed in docs/reliability.md):
@@ -46,15 +59,12 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+@contextmanager
+def _server(env: dict[str, str], log: Path) -> Iterator[str]:
+    """`make run` on a free port with `env` (and no other STRATA_ setting); its URL once
+    `/healthz` answers."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
-    env |= {
-        "STRATA_DATA_DIR": str(tmp_path_factory.mktemp("fuzz-data")),
-        "STRATA_API_KEY": KEY,  # so that a request without it, or with another, is a 401
-    }
-    log = tmp_path_factory.mktemp("fuzz-log") / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")} | env
     with log.open("w") as out:
         proc = subprocess.Popen(
             ["make", "run", f"PORT={port}"],
@@ -76,13 +86,51 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
                 pass
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.3)
-        yield url, log
+        yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
+    log = tmp_path_factory.mktemp("fuzz-log") / "server.log"
+    env = {
+        "STRATA_DATA_DIR": str(tmp_path_factory.mktemp("fuzz-data")),
+        "STRATA_API_KEY": KEY,  # so that a request without it, or with another, is a 401
+    }
+    with _server(env, log) as url:
+        yield url, log, KEY
+
+
+@pytest.fixture(scope="module")
+async def fuzz_database(pg_databases: Callable[[], Awaitable[str]]) -> str:
+    return await pg_databases()
+
+
+@pytest.fixture(scope="module")
+def full_fuzz_server(
+    fuzz_database: str, redis_client: Redis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path, str]]:
+    log = tmp_path_factory.mktemp("fuzz-full-log") / "server.log"
+    env = {
+        "STRATA_DATABASE_URL": fuzz_database,
+        "STRATA_REDIS_URL": REDIS_URL,
+        "STRATA_DATA_DIR": str(tmp_path_factory.mktemp("fuzz-full-data")),  # the index
+        "STRATA_ADMIN_KEY": ADMIN,
+    }
+    with _server(env, log) as url:
+        created = httpx.post(
+            f"{url}/v1/admin/keys",
+            json={"tenant": "fuzz", "scopes": ["read", "write", "admin"], "name": "fuzz"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        yield url, log, created.json()["key"]
 
 
 def _statuses(log: Path) -> list[int]:
@@ -99,11 +147,21 @@ def _statuses(log: Path) -> list[int]:
     return found
 
 
+# The full run's budget is half the embedded one's: the schema is the same, what it adds is
+# the stores' behaviour under the same requests (CI's 90 minutes are shared by every test).
+MODES = {
+    "embedded": ("fuzz_server", "STRATA_FUZZ_SECONDS", "90"),
+    "full": ("full_fuzz_server", "STRATA_FUZZ_FULL_SECONDS", "45"),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 def test_fuzzing_finds_no_5xx_and_no_schema_violation(
-    fuzz_server: tuple[str, Path], tmp_path: Path
+    mode: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    url, log = fuzz_server
-    seconds = os.environ.get("STRATA_FUZZ_SECONDS", "90")
+    fixture, budget, default = MODES[mode]
+    url, log, key = request.getfixturevalue(fixture)
+    seconds = os.environ.get(budget, default)
     seed = os.environ.get("STRATA_FUZZ_SEED", "20261130")
     st = Path(sys.executable).parent / "st"
     command = [
@@ -111,7 +169,7 @@ def test_fuzzing_finds_no_5xx_and_no_schema_violation(
         "run",
         f"{url}/openapi.json",
         "--header",
-        f"Authorization: Bearer {KEY}",
+        f"Authorization: Bearer {key}",
         "--checks",
         "all",
         "--exclude-checks",
@@ -136,7 +194,7 @@ def test_fuzzing_finds_no_5xx_and_no_schema_violation(
     statuses = _statuses(log)
     server_errors = [s for s in statuses if s >= 500]
     print(
-        f"schemathesis {report['schemathesis_version']}, seed {seed}, {seconds} s: "
+        f"schemathesis {report['schemathesis_version']}, {mode}, seed {seed}, {seconds} s: "
         f"{report['test_cases']['generated']} cases, {len(statuses)} requests, "
         f"{len(server_errors)} 5xx"
     )
