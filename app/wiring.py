@@ -129,6 +129,7 @@ def build_erasure(resources: Resources) -> ErasureService:
         r.vectors,
         max_attempts=r.settings.job_max_attempts,
         wait_seconds=r.settings.erasure_wait_seconds,
+        buffer_on_disk=r.settings.redis_url is not None,
     )
 
 

@@ -42,6 +42,29 @@ class ErasureCounts(BaseModel):
         return cls(**dict.fromkeys(ERASED, 0))
 
 
+class PurgedFromDisk(BaseModel):
+    """Per store, whether no byte of what the erasure deleted is left in its files once the
+    job succeeded (docs/privacy.md, "What stays on disk")."""
+
+    database: bool = Field(
+        default=False,
+        description="SQLite (embedded): deleted rows overwritten with zeros and its "
+        "write-ahead log emptied; PostgreSQL: false, dead rows stay in its files until "
+        "their space is reused",
+    )
+    index: bool = Field(
+        default=False,
+        description="Qdrant Edge (embedded): the shard rewritten without the deleted points, "
+        "write-ahead log included; a Qdrant server: false, its files are its own",
+    )
+    buffer: bool = Field(
+        default=False,
+        description="the embedded buffer holds nothing on disk: true; Redis: false, a "
+        "snapshot or append-only file written before the erasure holds the keys until the "
+        "next one",
+    )
+
+
 class ErasureReceipt(BaseModel):
     user_id: str
     job_id: uuid.UUID | None = Field(
@@ -52,6 +75,11 @@ class ErasureReceipt(BaseModel):
         description="what was removed, per store; while the job runs, what it removed so far"
     )
     finished_at: datetime | None
+    purged_from_disk: PurgedFromDisk = Field(
+        default_factory=PurgedFromDisk,
+        description="once `succeeded`: which stores' files no longer hold any byte of what "
+        "was deleted; all false while the job runs",
+    )
 
 
 class ExportedMessage(BaseModel):

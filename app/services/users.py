@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from app.errors import UserNotFound
-from app.schemas.users import ERASED, ErasureCounts, ErasureReceipt
+from app.schemas.users import ERASED, ErasureCounts, ErasureReceipt, PurgedFromDisk
 from app.stores import jobs as job_store
 from app.stores import users as user_store
 from app.stores.buffer import Buffer
@@ -359,7 +359,12 @@ class ExportService:
         yield b"}"
 
 
-def _receipt(user_id: str, job: Job | None, counts: dict[str, Any] | None) -> ErasureReceipt:
+def _receipt(
+    user_id: str,
+    job: Job | None,
+    counts: dict[str, Any] | None,
+    purged: dict[str, Any] | None = None,
+) -> ErasureReceipt:
     values = {name: int((counts or {}).get(name, 0)) for name in ERASED}
     return ErasureReceipt(
         user_id=user_id,
@@ -367,6 +372,7 @@ def _receipt(user_id: str, job: Job | None, counts: dict[str, Any] | None) -> Er
         state=job.state if job is not None else "succeeded",
         counts=ErasureCounts(**values),
         finished_at=job.finished_at if job is not None else datetime.now(UTC),
+        purged_from_disk=PurgedFromDisk(**(purged or {})),
     )
 
 
@@ -382,8 +388,12 @@ class ErasureService:
         max_attempts: int,
         wait_seconds: float,
         batch: int = 500,
+        buffer_on_disk: bool = True,
     ) -> None:
+        """`buffer_on_disk`: the buffer is a Redis server, whose snapshot files may hold
+        deleted keys (False for the embedded stand-in, which writes no file)."""
         self.db = db
+        self.buffer_on_disk = buffer_on_disk
         self.buffer = buffer
         self.vectors = vectors
         self.max_attempts = max_attempts
@@ -405,7 +415,8 @@ class ErasureService:
         if wait:
             job = await self._wait(tenant_id, job)
         if job.state == "succeeded":
-            return _receipt(user_id, job, (job.result or {}).get("counts"))
+            result = job.result or {}
+            return _receipt(user_id, job, result.get("counts"), result.get("purged_from_disk"))
         return _receipt(user_id, job, await self._progress(tenant_id, user_id))
 
     async def _job_of(self, tx: Any, user: User, now: datetime) -> Job:
@@ -467,6 +478,8 @@ class ErasureService:
             receipt: dict[str, Any] = dict((job.payload if job else {}).get("receipt") or {})
             if receipt and user is None:  # the crash may have come before Redis was done
                 await self.buffer.drop_user(tenant_id, user_id)
+            if receipt:  # the crash may have come before the files were purged: again
+                await self._purge_disk()
             return receipt or {"user_id": user_id, "counts": dict.fromkeys(ERASED, 0)}
         while await self._sessions_batch(tenant_id, user_id):
             await self.after_batch("sessions")
@@ -479,12 +492,20 @@ class ErasureService:
             await self.after_batch("graph")
         await self._step(tenant_id, user_id, self._jobs)
         await self._index(tenant_id, user_id)  # points written while the rest went
-        receipt = await self._finish(tenant_id, user_id, job_id)
+        index = await self.vectors.purge()
+        receipt = await self._finish(tenant_id, user_id, job_id, index_purged=index)
         # Every Redis key still naming them: the change mark the last commits wrote
         # (app/stores/generations.py), a window rebuilt meanwhile. Not counted: the receipt
         # is written; a failure here retries the job, which comes back for this.
         await self.buffer.drop_user(tenant_id, user_id)
+        await self._purge_disk()
         return receipt
+
+    async def _purge_disk(self) -> None:
+        """The database's files purged of the deleted rows, the user row and the older
+        copies of the receipt's row included (`Database.purge`); the job succeeds only once
+        this is done, so the receipt's `purged_from_disk` holds when it is read."""
+        await self.db.purge()
 
     async def after_batch(self, step: str) -> None:
         """Called between batches; a test slows the erasure here to kill it half-way."""
@@ -546,7 +567,9 @@ class ErasureService:
     async def _jobs(tx: Any, tenant_id: str, user_id: str) -> dict[str, int]:
         return {"jobs": await user_store.delete_jobs(tx, tenant_id, user_id, keep_kind=ERASE_USER)}
 
-    async def _finish(self, tenant_id: str, user_id: str, job_id: uuid.UUID) -> dict[str, Any]:
+    async def _finish(
+        self, tenant_id: str, user_id: str, job_id: uuid.UUID, *, index_purged: bool
+    ) -> dict[str, Any]:
         async with self.db.transaction() as tx:
             user = await user_store.get(tx, tenant_id, user_id, for_update=True)
             counts = dict((user.erasure or {}).get("counts") or {}) if user else {}
@@ -554,6 +577,11 @@ class ErasureService:
                 "user_id": user_id,
                 "counts": {name: int(counts.get(name, 0)) for name in ERASED},
                 "erased_at": datetime.now(UTC).isoformat(),
+                "purged_from_disk": {
+                    "database": self.db.purges_from_disk,
+                    "index": index_purged,
+                    "buffer": not self.buffer_on_disk,
+                },
             }
             await user_store.record_receipt(tx, tenant_id, job_id, receipt)
             await user_store.delete(tx, tenant_id, user_id)

@@ -89,6 +89,10 @@ def _tune_sqlite(engine: AsyncEngine, *, readonly: bool) -> None:
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
+        # A deleted row's bytes are overwritten with zeros, in its page and in a freed page,
+        # rather than left in the file until reused: an erased user's text must leave the
+        # file (docs/privacy.md). Costs the writes of the zeros (measured there).
+        cur.execute("PRAGMA secure_delete=ON")
         if readonly:
             cur.execute("PRAGMA query_only=ON")
         cur.close()
@@ -197,6 +201,38 @@ class Database:
         """Call `hook` with the users a committed transaction's writes may have changed
         for context (`app.stores.changes`), after the commit, when there are any."""
         self._on_commit.append(hook)
+
+    @property
+    def purges_from_disk(self) -> bool:
+        """Whether `purge` leaves no byte of deleted rows in the database's files."""
+        return self.dialect == "sqlite"
+
+    async def purge(self) -> bool:
+        """After an erasure: no byte of deleted rows left in the database's files. SQLite
+        zeroes deleted rows as it deletes them (`secure_delete`), but the write-ahead log
+        still holds the pages as they were written: they are checkpointed into the file and
+        the log truncated to nothing, between two of the process's writes. Readers in the
+        middle of a statement hold the log; SQLite's busy handler waits for them (up to
+        `busy_timeout`), then the checkpoint is tried again. PostgreSQL: nothing is done
+        (its dead rows stay in its pages and its WAL until overwritten, docs/privacy.md);
+        False."""
+        if not self.purges_from_disk:
+            return False
+        assert self._writer is not None
+        deadline = time.monotonic() + WRITER_WAIT_SECONDS
+        while True:
+            async with self._writer, self.engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                cursor = await raw.driver_connection.execute(  # type: ignore[union-attr]
+                    "PRAGMA wal_checkpoint(TRUNCATE)"
+                )
+                busy, _, _ = await cursor.fetchone()
+                await cursor.close()
+            if not busy:
+                return True
+            if time.monotonic() > deadline:
+                raise DatabaseUnavailable("the database's log could not be emptied: readers")
+            await asyncio.sleep(0.05)
 
     async def ping(self) -> float:
         # Through the reader: on SQLite a write-lock wait behind promotion is not an outage.

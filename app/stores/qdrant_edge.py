@@ -103,6 +103,11 @@ class QdrantEdgeIndex:
         self._points = 0
         self._journal: list[Callable[[Any], None]] | None = None  # writes during a build
         self._builder: asyncio.Task[None] | None = None
+        self._rebuilding = asyncio.Lock()  # one graph build or purge at a time
+        # Erasures (`delete_user`) so far, and how many of them the last purge followed:
+        # erasures waiting for one purge are all served by the next.
+        self._erasures = 0
+        self._purged = 0
         self._child: asyncio.subprocess.Process | None = None
         self.builds = 0
         # Read and written only under `_lock`, as the shard is.
@@ -577,6 +582,7 @@ class QdrantEdgeIndex:
 
         def count_and_delete() -> int:
             # One locked call: no upsert of ours slips between the count and the delete.
+            self._erasures += 1  # the next purge must follow it, points or none
             found = int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
             if found:
                 op = qe.UpdateOperation.delete_points_by_filter(flt)
@@ -705,7 +711,10 @@ class QdrantEdgeIndex:
 
     async def _build_logged(self) -> None:
         try:
-            await self.build_now()
+            async with self._rebuilding:
+                # A purge that ran first may have built the graph already.
+                if self._unbuilt >= max(self.build_min_points, self.build_fraction * self._points):
+                    await self._rebuild(purge=False)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -713,33 +722,70 @@ class QdrantEdgeIndex:
 
     async def build_now(self) -> None:
         """Build the graph on a copy of the shard in a child process and swap it in."""
+        async with self._rebuilding:
+            await self._rebuild(purge=False)
+
+    async def purge(self) -> bool:
+        """Leave no byte of deleted points in the shard's files (an erasure's last step,
+        docs/privacy.md): Edge only marks a deleted point, and its payload stays in the
+        segment's pages and in the write-ahead log, both kept across restarts. A child
+        process copies the live points into a new shard, with a write-ahead log of its own,
+        and builds its graph when the live one had one; it is swapped in as a graph build
+        is, and every older directory is deleted. Costs a pass over every point of the
+        index (and a graph build, when there was a graph); erasures that wait meanwhile
+        share the next purge. True: nothing deleted remains (by then, also of deletes
+        other than erasures)."""
+        wanted = self._erasures
+        async with self._rebuilding:
+            if self._purged < wanted:
+                await self._rebuild(purge=True)
+        return True
+
+    async def _rebuild(self, *, purge: bool) -> None:
+        """A copy of the flushed shard made in a child process (its graph built; with
+        `purge`, rewritten into a new shard first), the writes made meanwhile replayed
+        onto it, swapped in under the lock. Under `_rebuilding`."""
         import qdrant_edge as qe
 
         start = time.perf_counter()
         generation = f"{self.collection}.gen{int(time.time() * 1000)}"
         target = self.root / generation
+        # A purge copies the live files to the side (`source`), rewrites them into `target`
+        # and deletes the copy; a build optimizes the copy itself.
+        source = self.root / f"{generation}.src" if purge else target
+        # A purge builds the graph only when the live directory has one.
+        optimize = not purge or self._built_points() > 0
+
+        erasures = 0
 
         def copy() -> int:
+            nonlocal erasures
             with self._lock:
                 if self._shard is None:
                     raise VectorStoreUnavailable("the vector index is closed")
                 self._shard.flush()
-                shutil.copytree(self.path, target)
+                shutil.copytree(self.path, source)
+                erasures = self._erasures
                 self._journal = []
                 self._failed_during_build = False
                 return int(self._shard.count(qe.CountRequest(exact=True)))
 
         built: Any = None
         try:
-            built_points = await asyncio.to_thread(copy)
+            copied = await asyncio.to_thread(copy)
             # The build holds its process's GIL for minutes: a child process, at low
             # priority, so the requests served here keep the cores they need.
+            args = ["--rewrite", str(source), str(self.dim)] if purge else []
+            args += [str(target)] + ([] if optimize else ["--no-optimize"])
             self._child = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "app.stores.qdrant_edge", str(target)
+                sys.executable, "-m", "app.stores.qdrant_edge", *args
             )
             if await self._child.wait() != 0:
                 raise RuntimeError(f"index build exited with {self._child.returncode}")
+            if purge:
+                await asyncio.to_thread(shutil.rmtree, source, True)
             built = await asyncio.to_thread(_load_trimmed, target)
+            built_points = copied if optimize else 0  # the points in its graph
 
             def swap() -> Any:
                 # Most of the journal is replayed without the lock; the rest under it.
@@ -767,10 +813,17 @@ class QdrantEdgeIndex:
             await asyncio.to_thread(old.close)
             await asyncio.to_thread(memory.trim)
             await asyncio.to_thread(shutil.rmtree, old_path, True)
-            self.builds += 1
+            if purge:
+                self._purged = max(self._purged, erasures)
+                # Any directory but the live one: a build or purge cut short, the first
+                # directory of a shard whose pointer moved on.
+                await asyncio.to_thread(self._remove_others)
+            else:
+                self.builds += 1
             log.info(
-                "index graph built over %d points in %.1fs; swapped in",
-                built_points,
+                "index %s over %d points in %.1fs; swapped in",
+                "purged" if purge else "graph built",
+                copied,
                 time.perf_counter() - start,
             )
         except BaseException:
@@ -783,9 +836,16 @@ class QdrantEdgeIndex:
                 if built is not None:
                     await asyncio.to_thread(built.close)
                 await asyncio.to_thread(shutil.rmtree, target, True)
+            if purge:
+                await asyncio.to_thread(shutil.rmtree, source, True)
             raise
         finally:
             self._child = None
+
+    def _remove_others(self) -> None:
+        for other in (self.root / self.collection, *self.root.glob(f"{self.collection}.gen*")):
+            if other != self.path:
+                shutil.rmtree(other, ignore_errors=True)
 
     async def close(self) -> None:
         builder = self._builder
@@ -921,8 +981,55 @@ def _optimize(path: str) -> None:
     shard.close()
 
 
+def _rewrite(source: str, dim: int, target: str, *, optimize: bool) -> None:
+    """The child process of a purge: every live point of the shard at `source` written
+    into a new shard at `target`, with the same layout and payload indexes, its graph
+    built when `optimize`; flushed and closed. Neither a deleted point nor the source's
+    write-ahead log comes along."""
+    import qdrant_edge as qe
+
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    old = _load_with_layout(qe, Path(source), dim)
+    try:  # the stored type of `turn` (`_load_with_layout`); a shard without a config: today's
+        config = json.loads((Path(source) / "edge_config.json").read_text())
+        float16 = config["vectors"]["turn"].get("datatype", "float16") == "float16"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        float16 = True
+    new = qe.EdgeShard.create(target, _layout(qe, dim, float16=float16))
+    for name, schema in old.info().payload_schema.items():
+        new.update(qe.UpdateOperation.create_field_index(name, schema.data_type))
+    offset: Any = None
+    while True:
+        records, offset = old.scroll(
+            qe.ScrollRequest(offset=offset, limit=512, with_payload=True, with_vector=True)
+        )
+        if records:
+            new.update(qe.UpdateOperation.upsert_points([_copied(qe, r) for r in records]))
+        if offset is None:
+            break
+    old.close()
+    if optimize:
+        new.optimize()
+    new.flush()
+    new.close()
+
+
+def _copied(qe: Any, record: Any) -> Any:
+    vectors = dict(record.vector)
+    sparse = vectors.get("sparse")
+    if sparse is not None:
+        vectors["sparse"] = qe.SparseVector(list(sparse.indices), list(sparse.values))
+    return qe.Point(record.id, vectors, record.payload or {})
+
+
 if __name__ == "__main__":
-    _optimize(sys.argv[1])
+    if sys.argv[1] == "--rewrite":
+        _rewrite(
+            sys.argv[2], int(sys.argv[3]), sys.argv[4], optimize="--no-optimize" not in sys.argv
+        )
+    else:
+        _optimize(sys.argv[1])
 
 
 def _edge_point(p: VectorPoint) -> Any:

@@ -195,6 +195,12 @@ class QdrantServerIndex:
             await self._call(self.client.delete(self.collection, selector, wait=True))
         return int(found.count)
 
+    async def purge(self) -> bool:
+        """The server's files are its own: a deleted point's payload stays in its segments
+        until its optimizer vacuums them, and in its write-ahead log until that rotates
+        (docs/privacy.md). Nothing is asked of it here."""
+        return False
+
     @staticmethod
     def _user_filter(q: VectorQuery) -> qm.Filter:
         return _owner_filter(q.tenant_id, q.user_id)

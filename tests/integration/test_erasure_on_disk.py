@@ -1,0 +1,130 @@
+"""When an erasure reports done, no byte of the user's text or ids is left in any file of
+the embedded service's data directory: SQLite's file and its write-ahead log, the Qdrant
+Edge shard's segments and its write-ahead log (docs/privacy.md, "What stays on disk").
+
+The full stack's PostgreSQL, Redis and Qdrant server keep files of their own, which the
+service cannot purge: its receipt says so (`purged_from_disk` all false)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.settings import Settings
+from tests.conftest import Running, embedded_settings, post_messages, recall, turn
+
+MESSAGES = 240  # in two sessions, each message with its own marker
+
+
+def _files(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _holding(files: dict[Path, bytes], needle: str) -> dict[str, int]:
+    """The files holding `needle`, with how many times."""
+    raw = needle.encode()
+    return {p.name: data.count(raw) for p, data in files.items() if raw in data}
+
+
+async def _erase(running: Running, user: str) -> dict[str, Any]:
+    """DELETE the user, then follow the job until it ends; its receipt."""
+    resp = await running.client.delete(f"/v1/users/{user}", params={"wait": "false"})
+    assert resp.status_code == 202, resp.text
+    job_id = resp.json()["job_id"]
+    for _ in range(1200):  # not a time limit: the job ends, or the test never passes
+        job = (await running.client.get(f"/v1/jobs/{job_id}")).json()
+        if job["state"] not in ("queued", "running"):
+            break
+        await asyncio.sleep(0.1)
+    assert job["state"] == "succeeded", job
+    done = await running.client.delete(f"/v1/users/{user}")
+    assert done.status_code == 200
+    result: dict[str, Any] = job["result"]
+    return result
+
+
+async def test_an_erased_users_text_and_ids_leave_every_file_of_the_embedded_store(
+    tmp_path: Path, start_app: Callable[[Settings], Any]
+) -> None:
+    tag = uuid.uuid4().hex[:10]
+    user, other = f"erasee-{tag}", f"bystander-{tag}"
+    sessions = [f"sess-{tag}-a", f"sess-{tag}-b"]
+    marker, kept = f"ZQMARK{tag}", f"KEEPME{tag}"
+    async with start_app(embedded_settings(tmp_path)) as running:
+        await post_messages(
+            running, f"other-{tag}", other, [turn(f"I keep my garden {kept} tidy.", id="k1")]
+        )
+        half = MESSAGES // 2
+        for n, session in enumerate(sessions):
+            turns = [
+                turn(
+                    f"Note {i}: my locker code is {marker}x{i:04d}, remember it.",
+                    id=f"mid-{tag}-{i}",
+                )
+                for i in range(n * half, (n + 1) * half)
+            ]
+            await post_messages(running, session, user, turns)
+        scratch = await running.client.put(
+            f"/v1/sessions/{sessions[0]}/scratchpad",
+            json={"user_id": user, "data": {"todo": f"{marker} scratch"}},
+        )
+        assert scratch.status_code == 200, scratch.text
+        profile = await running.client.patch(
+            f"/v1/users/{user}/profile",
+            content=orjson.dumps({"city": f"{marker} town"}),
+            headers={"content-type": "application/merge-patch+json"},
+        )
+        assert profile.status_code == 200, profile.text
+        written = await running.client.post(
+            "/v1/memories",
+            json={"user_id": user, "content": f"{marker} likes tea", "memory_type": "semantic"},
+        )
+        assert written.status_code == 201, written.text
+
+        before = _files(tmp_path)
+        # What the test looks for is there to be found: in the database and the index.
+        assert any(name.startswith("strata.db") for name in _holding(before, marker))
+        assert sum(_holding(before, marker).values()) > MESSAGES
+        assert len(_holding(before, user)) > 1
+
+        receipt = await _erase(running, user)
+        assert receipt["counts"]["messages"] == MESSAGES
+        assert receipt["counts"]["index_points"] >= MESSAGES
+        assert receipt["purged_from_disk"] == {"database": True, "index": True, "buffer": True}
+
+        after = _files(tmp_path)
+        assert _holding(after, marker) == {}
+        for session in sessions:
+            assert _holding(after, session) == {}
+        assert _holding(after, f"mid-{tag}-") == {}
+        # The user id is left in one place: the receipt, the erasure job's row, which names
+        # it in its payload, its result and its key, and the key's index (docs/privacy.md,
+        # "What is kept, and why"), against hundreds of times before.
+        left = _holding(after, user)
+        assert set(left) <= {"strata.db", "strata.db-wal"}
+        assert max(left.values()) <= 5, left
+        # The bystander keeps everything, found by recall and still on disk.
+        assert _holding(after, kept)
+        assert await recall(running, other, "garden", min_relevance=0)
+    # Closed and opened again: what the shard replays at load brings nothing back.
+    async with start_app(embedded_settings(tmp_path)) as running:
+        assert await recall(running, user, "locker code", min_relevance=0) == []
+        assert await recall(running, other, "garden", min_relevance=0)
+    assert _holding(_files(tmp_path), marker) == {}
+
+
+async def test_the_receipt_says_which_stores_files_are_purged(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user = ids("user")
+    await post_messages(running, ids("session"), user, [turn("I water the ferns on Sundays.")])
+    receipt = await _erase(running, user)
+    embedded = running.resources.settings.redis_url is None
+    # Embedded: SQLite, Qdrant Edge and the in-process buffer, all purged by the service.
+    # Full: PostgreSQL, Redis and the Qdrant server keep their own files (docs/privacy.md).
+    assert receipt["purged_from_disk"] == dict.fromkeys(("database", "index", "buffer"), embedded)
