@@ -10,11 +10,13 @@ from app.api.deps import IngestDep, LimitQuery, SessionIdPath, TenantDep, UserId
 from app.api.errors import problem_responses
 from app.errors import (
     BadRequest,
+    InvalidCursor,
     SessionNotFound,
     TooManyCharacters,
     UserErasureInProgress,
     VectorStoreUnavailable,
 )
+from app.schemas.common import Text
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
@@ -115,8 +117,10 @@ async def add_messages(
 @router.get(
     "/{session_id}/messages",
     summary="The session's history, newest last",
+    description="A page of the newest messages; `next_cursor`, passed as `cursor`, gives the "
+    "page before it. `before_seq` pages by seq instead (not with `cursor`).",
     response_model=MessagePage,
-    responses=problem_responses(SessionNotFound),
+    responses=problem_responses(SessionNotFound, InvalidCursor),
 )
 async def get_messages(
     session_id: SessionIdPath,
@@ -124,8 +128,12 @@ async def get_messages(
     tenant: TenantDep,
     ingest: IngestDep,
     limit: LimitQuery = 50,
+    cursor: Annotated[
+        str | None, Text(512), Query(description="from `next_cursor`: the older messages")
+    ] = None,
     before_seq: Annotated[
-        int | None, Query(ge=1, le=2**63 - 1, description="page before this seq")
+        int | None,
+        Query(ge=1, le=2**63 - 1, description="page before this seq (not with `cursor`)"),
     ] = None,
 ) -> MessagePage:
-    return await ingest.list_messages(tenant, session_id, user_id, before_seq, limit)
+    return await ingest.list_messages(tenant, session_id, user_id, cursor, before_seq, limit)

@@ -109,7 +109,7 @@ class MessageOut(BaseModel):
 
 class MessagePage(BaseModel):
     items: list[MessageOut]
-    next_cursor: str | None = Field(description="pass as `before_seq` for older messages")
+    next_cursor: str | None = Field(description="pass as `cursor` for the older messages")
 
 
 class SessionDeleted(BaseModel):

@@ -26,13 +26,13 @@ from app.core.auth import (
 )
 from app.errors import (
     Forbidden,
-    InvalidCursor,
     InvalidInput,
     KeyNotFound,
     RateLimited,
     Unauthorized,
 )
 from app.schemas.keys import KeyCreate, KeyCreated, KeyOut, KeyPage, KeyRevoked
+from app.services.cursors import encode_cursor, one_id
 from app.settings import Settings
 from app.stores import keys as key_store
 from app.stores.db import Database
@@ -221,12 +221,7 @@ class KeyService:
     async def page(
         self, tenant_id: str | None, cursor: str | None, limit: int, include_revoked: bool
     ) -> KeyPage:
-        after = None
-        if cursor is not None:
-            try:
-                after = uuid.UUID(cursor)
-            except ValueError as exc:
-                raise InvalidCursor() from exc
+        after = one_id(cursor)
         async with self.db.read() as tx:
             rows = await key_store.page(
                 tx, tenant_id, after=after, limit=limit + 1, include_revoked=include_revoked
@@ -235,7 +230,7 @@ class KeyService:
         rows = rows[:limit]
         return KeyPage(
             items=[key_out(r) for r in rows],
-            next_cursor=str(rows[-1].id) if more and rows else None,
+            next_cursor=encode_cursor(str(rows[-1].id)) if more and rows else None,
         )
 
     async def revoke(self, tenant_id: str | None, key_id: uuid.UUID) -> KeyRevoked:

@@ -7,18 +7,15 @@ transaction commits. If the index is down the transaction rolls back and the cal
 
 from __future__ import annotations
 
-import base64
 import uuid
 from datetime import UTC, datetime
 from typing import Any
-
-import orjson
 
 from app.core import terms
 from app.core.audit import AuditEvent, EventName
 from app.core.chunking import heuristic_importance
 from app.core.dedupe import content_hash
-from app.errors import InvalidCursor, InvalidInput, MemoryNotFound, SessionNotFound
+from app.errors import InvalidInput, MemoryNotFound, SessionNotFound
 from app.providers.embeddings import Embedder
 from app.schemas.common import Source
 from app.schemas.memories import (
@@ -29,6 +26,7 @@ from app.schemas.memories import (
     MemoryPage,
     MemoryPatch,
 )
+from app.services.cursors import encode_cursor, one_int, time_and_id
 from app.services.ingest import writable
 from app.services.reindex import Reindexer
 from app.stores import memories as memory_store
@@ -70,21 +68,6 @@ def event_out(row: MemoryEvent) -> MemoryEventOut:
         reason=row.reason,
         created_at=row.created_at,
     )
-
-
-def encode_cursor(*parts: Any) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps(parts)).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> list[Any]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value = orjson.loads(base64.urlsafe_b64decode(padded))
-    except (ValueError, orjson.JSONDecodeError) as exc:
-        raise InvalidCursor() from exc
-    if not isinstance(value, list):
-        raise InvalidCursor()
-    return value
 
 
 def _event(
@@ -190,18 +173,7 @@ class MemoryService:
         cursor: str | None,
         limit: int,
     ) -> MemoryPage:
-        after = None
-        if cursor:
-            parts = decode_cursor(cursor)
-            try:
-                if len(parts) != 2 or not all(isinstance(p, str) for p in parts):
-                    raise ValueError(parts)
-                when, memory_id = datetime.fromisoformat(parts[0]), uuid.UUID(parts[1])
-                if when.tzinfo is None:
-                    raise ValueError(parts)
-                after = (when.astimezone(UTC), memory_id)
-            except (ValueError, OverflowError) as exc:
-                raise InvalidCursor() from exc
+        after = time_and_id(cursor)
         async with self.db.read() as tx:
             rows = await memory_store.page(
                 tx, tenant_id, user_id, memory_type=memory_type, after=after, limit=limit + 1
@@ -268,12 +240,7 @@ class MemoryService:
     async def history(
         self, tenant_id: str, user_id: str, memory_id: uuid.UUID, cursor: str | None, limit: int
     ) -> MemoryEventPage:
-        after_id = None
-        if cursor:
-            parts = decode_cursor(cursor)
-            if len(parts) != 1 or type(parts[0]) is not int or not 0 <= parts[0] < 2**63:
-                raise InvalidCursor()
-            after_id = parts[0]
+        after_id = one_int(cursor)
         async with self.db.read() as tx:
             if not await memory_store.exists_any(tx, tenant_id, user_id, memory_id):
                 raise MemoryNotFound(memory_id)

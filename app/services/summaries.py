@@ -10,7 +10,6 @@ inputs changed, and enqueues one `summarize` job each.
 
 from __future__ import annotations
 
-import base64
 import logging
 import uuid
 from collections.abc import Sequence
@@ -19,18 +18,18 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import orjson
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import periods, summarize, terms
 from app.core.periods import Level
 from app.core.tokens import TokenCounter
-from app.errors import InvalidCursor, PeriodNotStarted
+from app.errors import PeriodNotStarted
 from app.providers.embeddings import Embedder
 from app.providers.llm import LLM, LLMError
 from app.schemas.context import SummaryOut
 from app.schemas.summaries import SummarizeAccepted, SummaryItem, SummaryPage
+from app.services.cursors import encode_cursor, time_and_id
 from app.services.ingest import writable
 from app.settings import Settings
 from app.stores import jobs as job_store
@@ -395,7 +394,7 @@ class SummaryService:
         cursor: str | None,
         limit: int,
     ) -> SummaryPage:
-        after = _decode_cursor(cursor) if cursor else None
+        after = time_and_id(cursor)
         async with self.db.read() as tx:
             rows = await summary_store.page(
                 tx,
@@ -409,7 +408,11 @@ class SummaryService:
             )
         more = len(rows) > limit
         rows = rows[:limit]
-        next_cursor = _encode_cursor(rows[-1]) if more and rows else None
+        next_cursor = (
+            encode_cursor(rows[-1].period_start.isoformat(), str(rows[-1].id))
+            if more and rows
+            else None
+        )
         return SummaryPage(items=[summary_item(r) for r in rows], next_cursor=next_cursor)
 
     # --- context ------------------------------------------------------------------------
@@ -546,20 +549,3 @@ class SummaryService:
 
 def _transcript(texts: Sequence[tuple[str | None, str]]) -> str:
     return "\n".join(f"{speaker}: {text}" if speaker else text for speaker, text in texts)
-
-
-def _encode_cursor(row: Summary) -> str:
-    raw = orjson.dumps([row.period_start.isoformat(), str(row.id)])
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        when, sid = value
-        start = datetime.fromisoformat(when)
-        if start.tzinfo is None:
-            raise ValueError(when)
-        return start.astimezone(UTC), uuid.UUID(sid)
-    except (ValueError, TypeError, OverflowError, orjson.JSONDecodeError) as exc:
-        raise InvalidCursor() from exc

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from app.services.cursors import encode_cursor
 from app.stores.buffer import _window_key
 from tests.conftest import Running, post_messages, recall, turn
 
@@ -118,9 +120,81 @@ async def test_messages_without_ids_get_seq_ids_and_history_pages_newest_last(
     assert page["items"][0]["id"] == "seq:5"
     older = await running.client.get(
         f"/v1/sessions/{session}/messages",
-        params={"user_id": user, "limit": 3, "before_seq": page["next_cursor"]},
+        params={"user_id": user, "limit": 3, "cursor": page["next_cursor"]},
     )
     assert [m["seq"] for m in older.json()["items"]] == [2, 3, 4]
+    # `before_seq` still pages by seq, as documented.
+    by_seq = await running.client.get(
+        f"/v1/sessions/{session}/messages",
+        params={"user_id": user, "limit": 3, "before_seq": 5},
+    )
+    assert [m["seq"] for m in by_seq.json()["items"]] == [2, 3, 4]
+
+
+async def test_history_pages_by_cursor_through_every_message_once(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """120 messages, 50 a page: each page newest last, `next_cursor` as `cursor` gives the
+    page before it, and the pages hold every message once, in order. The cursor was ignored
+    (the newest 50 again, forever)."""
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn(f"line {i}") for i in range(120)], wait=False)
+    pages: list[list[int]] = []
+    params: dict[str, Any] = {"user_id": user, "limit": 50}
+    for _ in range(5):  # a bound: 3 pages are expected
+        resp = await running.client.get(f"/v1/sessions/{session}/messages", params=params)
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        pages.append([m["seq"] for m in body["items"]])
+        if body["next_cursor"] is None:
+            break
+        params["cursor"] = body["next_cursor"]
+    assert [len(p) for p in pages] == [50, 50, 20]
+    seqs = [seq for page in reversed(pages) for seq in page]
+    assert seqs == list(range(1, 121))
+    both = await running.client.get(
+        f"/v1/sessions/{session}/messages",
+        params={"user_id": user, "cursor": params["cursor"], "before_seq": 10},
+    )
+    assert both.status_code == 422
+    assert both.json()["errors"][0]["field"] == "before_seq"
+
+
+JUNK_CURSORS = [
+    "zz!",  # not base64
+    "bm90IGpzb24",  # base64 of "not json"
+    encode_cursor("x"),  # a list of the wrong shape for every list
+    "e30",  # base64 of "{}": JSON, not a list
+]
+
+
+async def test_a_junk_cursor_is_a_422_invalid_cursor_on_every_list(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """One cursor rule for every list: session history answered a junk cursor with its
+    first page (and a `next_cursor`), where /v1/memories answered 422 `invalid_cursor`."""
+    user, session = ids("user"), ids("session")
+    await post_messages(running, session, user, [turn("hello")], wait=False)
+    made = await running.client.post(
+        "/v1/memories", json={"user_id": user, "content": "a fact", "memory_type": "semantic"}
+    )
+    assert made.status_code == 201, made.text
+    lists = [
+        f"/v1/sessions/{session}/messages",
+        "/v1/memories",
+        f"/v1/memories/{made.json()['id']}/history",
+        f"/v1/users/{user}/summaries",
+        "/v1/admin/keys",
+    ]
+    for path in lists:
+        for junk in [*JUNK_CURSORS, encode_cursor(-1), encode_cursor(2**63)]:
+            resp = await running.client.get(path, params={"user_id": user, "cursor": junk})
+            assert resp.status_code == 422, (path, junk, resp.text)
+            problem = resp.json()
+            assert problem["code"] == "invalid_cursor", (path, junk)
+            assert problem["errors"][0]["field"] == "cursor"
+        first = await running.client.get(path, params={"user_id": user, "cursor": ""})
+        assert first.status_code == 200, (path, first.text)  # empty: the first page
 
 
 async def test_past_created_at_is_kept_as_event_time(

@@ -155,8 +155,7 @@ async def everything(client: httpx.AsyncClient, path: str, user: str) -> list[di
         items.extend(page["items"])
         if not page.get("next_cursor"):
             return items
-        key = "before_seq" if path.endswith("/messages") else "cursor"
-        params[key] = page["next_cursor"]
+        params["cursor"] = page["next_cursor"]
 
 
 async def test_the_api_killed_mid_ingest_loses_and_duplicates_nothing(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.services.memories import encode_cursor
+from app.services.cursors import encode_cursor
 from tests.conftest import Running, recall
 
 
