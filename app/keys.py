@@ -22,10 +22,9 @@ from pydantic import ValidationError
 from app.core.auth import Scope, parse_scopes
 from app.errors import AppError
 from app.schemas.keys import KeyCreate, KeyOut
-from app.services.keys import KeyService
 from app.settings import Settings
 from app.stores.db import Database, create_engine, migrate
-from app.stores.ratelimit import LocalRateLimiter
+from app.wiring import build_key_service
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,7 +58,7 @@ async def run(argv: Sequence[str], settings: Settings) -> int:
     if settings.auto_migrate:
         await migrate(settings.database_dsn)
     db = Database(create_engine(settings.database_dsn))
-    keys = KeyService(db, settings, LocalRateLimiter())
+    keys = build_key_service(db, settings)
     try:
         if args.command == "create":
             body = KeyCreate(

@@ -1,6 +1,7 @@
 """The ASGI app, built by a factory (`uvicorn --factory app.main:create_app`): routers,
-error handling, and the lifespan that opens every client once and builds the services
-(and, embedded, runs the worker in-process). Nothing here reads the environment at import.
+error handling, and the lifespan that opens the one container of services (app/wiring.py)
+and, embedded, runs the worker in-process on that same container. Nothing here reads the
+environment at import.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from app.api import errors as api_errors
 from app.api.limits import BodyLimitMiddleware
 from app.core.clock import Clock
 from app.metrics import Metrics, RequestMetrics
-from app.resources import Resources, open_resources
+from app.resources import Resources
 from app.settings import Settings, refuse_unworkable
-from app.wiring import Services, build_services
+from app.wiring import Container, Services, open_container
 from app.worker import finish, run_worker
 
 DESCRIPTION = """Long-term memory for AI agents. Strata keeps an agent's history in three
@@ -67,6 +68,7 @@ class State(TypedDict):
 
     settings: Settings
     resources: Resources
+    container: Container
     services: Services
     metrics: Metrics  # read by the RequestMetrics middleware
 
@@ -82,16 +84,14 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         logs.configure(settings.log_level, settings.log_format)
-        async with open_resources(settings) as resources:
-            if clock is not None:
-                resources.clock = clock
-            services = build_services(resources)
+        async with open_container(settings, clock=clock) as container:
+            resources, services = container.resources, container.services
             await services.keys.resolve_mode()  # refuses to serve without keys by accident
             if settings.gc_freeze:
                 memory.freeze_long_lived()
             stop = asyncio.Event()
             worker = (
-                asyncio.create_task(run_worker(resources, stop), name="strata-worker")
+                asyncio.create_task(run_worker(container, stop), name="strata-worker")
                 if settings.run_worker_in_process
                 else None
             )
@@ -99,6 +99,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                 yield State(
                     settings=settings,
                     resources=resources,
+                    container=container,
                     services=services,
                     metrics=resources.metrics,
                 )

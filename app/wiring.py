@@ -1,7 +1,17 @@
-"""The one place that builds the services from the opened clients.
+"""The one composition root: every service, built once, from the opened clients.
 
-The api lifespan, the worker (and later a CLI or an MCP server) call `build_services`, so
-every entry point runs the same objects wired the same way. Each service is handed the
+Every entry point (the api, the worker, next a CLI, an MCP server or a console) takes the
+same `Container`:
+
+    async with open_container(settings) as c:  # open_resources, then build_container
+        c.services.recall                       # the services (the api's request.state.services)
+        promoter = c.promoter(owner, stop)      # a worker's promoter: owner and stop are its own
+        registry = c.registry(promoter.run_once)  # every job kind and schedule, on c's services
+
+The api lifespan (app/main.py) builds one and, embedded, hands that same object to its
+in-process worker (app/worker.py), so both run on one set of services; `python -m
+app.worker` opens its own. A new service is a field of `Services`, its line in
+`build_container`, and its alias in app/api/deps.py. Each service is handed the
 collaborators it uses in its constructor: what a service depends on is visible in its
 signature, and a test can build one from real stores without the rest.
 """
@@ -9,9 +19,15 @@ signature, and a test can build one from real stores without the rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from app.resources import Resources
+from app.core.clock import Clock
+from app.jobs.catalog import build_registry
+from app.jobs.forgetting import PromotePass
+from app.jobs.registry import Registry
+from app.resources import Resources, open_resources
 from app.services.context import ContextService, stored_size
 from app.services.context_cache import ContextCache
 from app.services.facts import FactExtractor
@@ -33,11 +49,15 @@ from app.services.scratchpad import ScratchpadService
 from app.services.search import MinRelevance, NewerFactsFirst
 from app.services.summaries import SummaryService
 from app.services.users import ErasureService, ExportService, UserSections
+from app.settings import Settings
+from app.stores.db import Database
 from app.stores.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
 
 
 @dataclass(frozen=True, slots=True)
 class Services:
+    """What the routes reach (`request.state.services`, app/api/deps.py)."""
+
     ingest: IngestService
     memories: MemoryService
     recall: RecallService
@@ -57,9 +77,51 @@ class Services:
     graph: GraphService
 
 
-def build_services(resources: Resources) -> Services:
+@dataclass(frozen=True, slots=True)
+class Container:
+    """The services and the worker's collaborators of one process, each built once."""
+
+    resources: Resources
+    services: Services
+    reindexer: Reindexer  # the one the memories, forgetting and the reindex jobs share
+    fact_extractor: FactExtractor | None  # None: nothing is extracted (no LLM, or turned off)
+
+    def promoter(self, owner: str, stop: asyncio.Event | None = None) -> Promoter:
+        """A worker's promoter: `owner` names its leases, `stop` ends its pass."""
+        return build_promoter(self.resources, owner, stop)
+
+    def registry(self, promote: PromotePass | None = None) -> Registry:
+        """Every job kind and schedule (app/jobs/catalog.py), on this container's services;
+        `promote` is the worker's promotion pass (the `promote` maintenance task)."""
+        s = self.services
+        return build_registry(
+            self.resources.db,
+            self.resources.settings,
+            summary_service=s.summaries,
+            reindexer=self.reindexer,
+            erasure_service=s.erasure,
+            forgetting=s.forgetting,
+            promote=promote,
+            fact_extractor=self.fact_extractor,
+        )
+
+
+@contextlib.asynccontextmanager
+async def open_container(
+    settings: Settings, *, clock: Clock | None = None
+) -> AsyncIterator[Container]:
+    """Open every client (app/resources.py) and build the container on them; closes the
+    clients on exit. `clock` moves "now" for reinforcement and forgetting (simulations)."""
+    async with open_resources(settings) as resources:
+        if clock is not None:
+            resources.clock = clock
+        yield build_container(resources)
+
+
+def build_container(resources: Resources) -> Container:
     r = resources
-    summaries = build_summaries(r)
+    reindexer = Reindexer(r.db, r.vectors, r.embedder, r.settings)
+    summaries = SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
     ingest = IngestService(
         r.db, r.buffer, r.vectors, r.settings, r.signals, enqueue_summary=summaries.enqueue
     )
@@ -77,9 +139,9 @@ def build_services(resources: Resources) -> Services:
     jobs = JobService(r.db, max_attempts=r.settings.job_max_attempts)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
     profile = ProfileService(r.db)
-    return Services(
+    services = Services(
         ingest=ingest,
-        memories=MemoryService(r.db, r.vectors, r.embedder, build_reindexer(resources)),
+        memories=MemoryService(r.db, r.vectors, r.embedder, reindexer),
         recall=recall,
         context=ContextService(
             r.db,
@@ -112,25 +174,33 @@ def build_services(resources: Resources) -> Services:
         keys=build_keys(resources),
         # Sections of the export, in order: a feature holding user data adds its own here.
         export=ExportService(r.db, UserSections(r.db, r.buffer).all()),
-        erasure=build_erasure(resources),
+        erasure=ErasureService(
+            r.db,
+            r.buffer,
+            r.vectors,
+            max_attempts=r.settings.job_max_attempts,
+            wait_seconds=r.settings.erasure_wait_seconds,
+            buffer_on_disk=r.settings.redis_url is not None,
+        ),
         metrics=MetricsService(r.db, r.metrics),
-        forgetting=build_forgetting(resources),
+        forgetting=ForgettingService(r.db, r.vectors, reindexer, r.settings, clock=r.clock),
         maintenance=MaintenanceService(jobs),
         profile=profile,
         graph=GraphService(r.db),
     )
-
-
-def build_erasure(resources: Resources) -> ErasureService:
-    r = resources
-    return ErasureService(
-        r.db,
-        r.buffer,
-        r.vectors,
-        max_attempts=r.settings.job_max_attempts,
-        wait_seconds=r.settings.erasure_wait_seconds,
-        buffer_on_disk=r.settings.redis_url is not None,
+    return Container(
+        resources=r,
+        services=services,
+        reindexer=reindexer,
+        fact_extractor=FactExtractor(r.db, r.vectors, r.embedder, r.llm, r.settings)
+        if r.llm is not None and _extracts_facts(r)
+        else None,
     )
+
+
+def _extracts_facts(resources: Resources) -> bool:
+    """Without an LLM (or with extraction turned off) nothing is extracted."""
+    return resources.llm is not None and resources.settings.extract_facts
 
 
 def build_keys(resources: Resources) -> KeyService:
@@ -147,22 +217,15 @@ def build_keys(resources: Resources) -> KeyService:
     return KeyService(r.db, r.settings, limiter)
 
 
-def build_summaries(resources: Resources) -> SummaryService:
-    r = resources
-    return SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
-
-
-def build_forgetting(resources: Resources) -> ForgettingService:
-    r = resources
-    return ForgettingService(r.db, r.vectors, build_reindexer(resources), r.settings, clock=r.clock)
-
-
-def build_reindexer(resources: Resources) -> Reindexer:
-    r = resources
-    return Reindexer(r.db, r.vectors, r.embedder, r.settings)
+def build_key_service(db: Database, settings: Settings) -> KeyService:
+    """The keys of a shell tool that opens only the database (app/keys.py): it manages keys
+    and never limits a request, so its limiter is the process's own."""
+    return KeyService(db, settings, LocalRateLimiter())
 
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:
+    """A promoter on `resources` (`Container.promoter`; a test or a bench runs several, one
+    per simulated worker)."""
     r = resources
     return Promoter(
         r.db,
@@ -172,15 +235,7 @@ def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None 
         owner=owner,
         stop=stop,
         signals=r.signals,
-        extract_facts=build_fact_extractor(resources) is not None,
+        extract_facts=_extracts_facts(r),
         warm_scoring=r.settings.run_worker_in_process,
         clock=r.clock,
     )
-
-
-def build_fact_extractor(resources: Resources) -> FactExtractor | None:
-    """None without an LLM (or with extraction turned off): then nothing is extracted."""
-    r = resources
-    if r.llm is None or not r.settings.extract_facts:
-        return None
-    return FactExtractor(r.db, r.vectors, r.embedder, r.llm, r.settings)

@@ -1,7 +1,7 @@
 """The worker: `python -m app.worker` (full stack), or a task inside the api (embedded).
-Both run `run_worker` on resources from the same factory, with services from the same
-wiring (`app.wiring`): promotion, and beside it the job runner and the periodic scheduler
-(docs/architecture.md, "Background work")."""
+Both run `run_worker` on a container of `app.wiring` (embedded: the api's own, so the api
+and its worker share every service): promotion, and beside it the job runner and the
+periodic scheduler (docs/architecture.md, "Background work")."""
 
 from __future__ import annotations
 
@@ -18,49 +18,34 @@ from datetime import UTC, datetime, timedelta
 from app import logs, memory
 from app.jobs import reindex
 from app.jobs import tasks as job_tasks
-from app.jobs.catalog import build_registry
 from app.jobs.registry import Registry
 from app.jobs.reindex import REINDEX
-from app.resources import Resources, open_resources
+from app.resources import Resources
 from app.settings import Settings, refuse_unworkable
 from app.stores import heartbeats
 from app.stores.signals import Signals
-from app.wiring import (
-    build_erasure,
-    build_fact_extractor,
-    build_forgetting,
-    build_promoter,
-    build_reindexer,
-    build_summaries,
-)
+from app.wiring import Container, open_container
 
 log = logging.getLogger("strata.worker")
 
 
 async def run_worker(
-    resources: Resources, stop: asyncio.Event, registry: Registry | None = None
+    container: Container, stop: asyncio.Event, registry: Registry | None = None
 ) -> None:
     """Promote until `stop` is set: pass after pass while there is backlog (each takes one
     bounded slice per session, in turns), then wait for a wake-up or the poll interval (a
     missed wake-up only delays work). Errors are logged and retried, never fatal. Jobs of
-    `registry` (default: every kind the service has) run alongside."""
+    `registry` (default: every kind the service has, on the container's services) run
+    alongside. The promoter is this worker's own: `owner` names its leases."""
+    resources = container.resources
     settings = resources.settings
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    promoter = build_promoter(resources, owner, stop)
+    promoter = container.promoter(owner, stop)
     signals = resources.signals
     poll = settings.worker_poll_seconds
     trimmer = memory.Trimmer(settings.trim_after_messages)
     if registry is None:
-        registry = build_registry(
-            resources.db,
-            settings,
-            summary_service=build_summaries(resources),
-            reindexer=build_reindexer(resources),
-            erasure_service=build_erasure(resources),
-            forgetting=build_forgetting(resources),
-            promote=promoter.run_once,
-            fact_extractor=build_fact_extractor(resources),
-        )
+        registry = container.registry(promoter.run_once)
     if REINDEX in registry.kinds:
         await _reindex_if_empty(resources)
     jobs = job_tasks.start(
@@ -206,14 +191,15 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with open_resources(settings) as resources:
+    async with open_container(settings) as container:
+        resources = container.resources
         if settings.worker_metrics_port is not None:
             # prometheus_client's own HTTP server, on a daemon thread (scrape: GET /metrics).
             resources.metrics.serve(settings.worker_metrics_port)
             log.info("worker metrics on port %d", settings.worker_metrics_port)
         if settings.gc_freeze:
             memory.freeze_long_lived()
-        worker = asyncio.create_task(run_worker(resources, stop), name="strata-worker")
+        worker = asyncio.create_task(run_worker(container, stop), name="strata-worker")
         stopping = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait({worker, stopping}, return_when=asyncio.FIRST_COMPLETED)

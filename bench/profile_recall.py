@@ -35,7 +35,7 @@ from app.schemas.context import ContextRequest
 from app.schemas.ingest import IngestRequest
 from app.schemas.recall import RecallRequest
 from app.settings import Settings
-from app.wiring import build_services
+from app.wiring import build_container
 
 
 async def profile(args: argparse.Namespace) -> str:
@@ -48,7 +48,7 @@ async def profile(args: argparse.Namespace) -> str:
             data_dir=data, log_level="WARNING", worker_in_process=False, index_build_min_points=0
         )
         async with open_resources(settings) as r:
-            services = build_services(r)
+            services = build_container(r).services
             rng = random.Random(3)
             queries = [query_text(rng) for _ in range(args.requests)]
             tenant = settings.default_tenant

@@ -23,7 +23,7 @@ sys.path.insert(0, os.getcwd())
 
 from app.resources import open_resources
 from app.settings import Settings
-from app.wiring import build_forgetting
+from app.wiring import build_container
 
 
 async def measure(args: argparse.Namespace) -> None:
@@ -36,7 +36,7 @@ async def measure(args: argparse.Namespace) -> None:
             data_dir=data, log_level="WARNING", worker_in_process=False, index_build_min_points=0
         )
         async with open_resources(settings) as r:
-            forgetting = build_forgetting(r)
+            forgetting = build_container(r).services.forgetting
             for _ in range(args.runs):
                 wall, cpu = time.perf_counter(), time.process_time()
                 report = await forgetting.sweep(dry_run=True)

@@ -21,6 +21,7 @@ from app.core.auth import (
     required_scope,
 )
 from app.errors import InsufficientScope, LoopbackOnly, UserNotAllowed
+from app.schemas.common import ID_PATTERN, ID_RULES
 from app.services.context import ContextService
 from app.services.forgetting import ForgettingService
 from app.services.graph import GraphService
@@ -37,8 +38,6 @@ from app.services.scratchpad import ScratchpadService
 from app.services.summaries import SummaryService
 from app.services.users import ErasureService, ExportService
 from app.wiring import Services
-
-ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
 
 READS: dict[str, Any] = {SCOPE_MARKER: "read"}
 """`openapi_extra=READS` on a POST route that only reads (recall, context, rewrite): a
@@ -233,12 +232,25 @@ ProfileDep = Annotated[ProfileService, Depends(_profile)]
 GraphDep = Annotated[GraphService, Depends(_graph)]
 
 SessionIdPath = Annotated[
-    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["session-1"])
+    str,
+    Path(
+        min_length=1,
+        max_length=128,
+        pattern=ID_PATTERN,
+        description=ID_RULES,
+        examples=["session-1"],
+    ),
 ]
 UserIdQuery = Annotated[
-    str, Query(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
+    str,
+    Query(
+        min_length=1, max_length=128, pattern=ID_PATTERN, description=ID_RULES, examples=["user-42"]
+    ),
 ]
 LimitQuery = Annotated[int, Query(ge=1, le=200, description="page size")]
 UserIdPath = Annotated[
-    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
+    str,
+    Path(
+        min_length=1, max_length=128, pattern=ID_PATTERN, description=ID_RULES, examples=["user-42"]
+    ),
 ]

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from app.api.deps import ID_PATTERN, KeyDep, LimitQuery, PrincipalDep
+from app.api.deps import KeyDep, LimitQuery, PrincipalDep
 from app.api.errors import problem_responses
 from app.errors import BadRequest, Forbidden, InvalidCursor, KeyNotFound
-from app.schemas.common import Text
+from app.schemas.common import ID_PATTERN, ID_RULES, Text
 from app.schemas.keys import KeyCreate, KeyCreated, KeyPage, KeyRevoked
 
 router = APIRouter(prefix="/v1/admin/keys", tags=["keys"])
@@ -45,7 +45,13 @@ async def list_keys(
     keys: KeyDep,
     tenant: Annotated[
         str | None,
-        Query(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["acme"]),
+        Query(
+            min_length=1,
+            max_length=128,
+            pattern=ID_PATTERN,
+            description=ID_RULES,
+            examples=["acme"],
+        ),
     ] = None,
     include_revoked: bool = False,
     cursor: Annotated[str | None, Text(64), Query(description="from `next_cursor`")] = None,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ID_PATTERN, LimitQuery, SummaryDep, TenantDep
+from app.api.deps import LimitQuery, SummaryDep, TenantDep, UserIdPath
 from app.api.errors import problem_responses
 from app.errors import BadRequest, InvalidCursor, PeriodNotStarted, UserErasureInProgress
 from app.schemas.common import IsoDatetime, Text
@@ -20,10 +20,6 @@ from app.schemas.summaries import (
 )
 
 router = APIRouter(prefix="/v1", tags=["summaries"])
-
-UserIdPath = Annotated[
-    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
-]
 
 
 @router.post(

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Query, status
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.api.deps import ID_PATTERN, ErasureDep, ExportDep, TenantDep
+from app.api.deps import ErasureDep, ExportDep, TenantDep, UserIdPath
 from app.api.errors import problem_responses
 from app.errors import UserNotFound
 from app.schemas.users import ErasureReceipt, UserExport
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
-
-UserIdPath = Annotated[
-    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, examples=["user-42"])
-]
 
 
 @router.get(

@@ -24,10 +24,18 @@ from pydantic import (
 
 from app.errors import InvalidInput
 
+ID_PATTERN = r"^[A-Za-z0-9._:@-]*[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*$"
+"""`[A-Za-z0-9._:@-]`, at least one of them not a dot: `.` and `..` are path segments that
+clients normalise away (`/v1/users/../export` is `/v1/export`), so an id made of dots alone
+could be created but never reached. Checked wherever ids enter: body, query and path."""
+ID_RULES = (
+    "1-128 characters of `[A-Za-z0-9._:@-]`, not dots alone (`.`, `..` and `...` are a 422: "
+    "clients normalise dot segments out of paths)"
+)
 Identifier = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$"),
-    Field(examples=["user-42"]),
+    StringConstraints(min_length=1, max_length=128, pattern=ID_PATTERN),
+    Field(examples=["user-42"], description=ID_RULES),
 ]
 
 MAX_FUTURE = timedelta(minutes=5)

@@ -20,7 +20,6 @@ from app.services.forgetting import ForgettingService
 from app.settings import Settings
 from app.stores import forgetting as forget_store
 from app.stores.models import Job, Memory, MemoryEvent
-from app.wiring import build_reindexer
 from tests.conftest import Running, full_settings, post_messages, recall, settle, turn
 
 DAY = timedelta(days=1)
@@ -29,7 +28,8 @@ DAY = timedelta(days=1)
 def forgetting_at(running: Running, when: datetime) -> ForgettingService:
     """The app's forgetting service with its clock at `when`."""
     r = running.resources
-    return ForgettingService(r.db, r.vectors, build_reindexer(r), r.settings, clock=lambda: when)
+    reindexer = running.state["container"].reindexer
+    return ForgettingService(r.db, r.vectors, reindexer, r.settings, clock=lambda: when)
 
 
 async def stored_days_ago(running: Running, user: str, days: float) -> None:

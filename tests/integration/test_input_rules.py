@@ -3,6 +3,8 @@ and nothing stored (docs/reliability.md, "Limits").
 
 - NUL in stored or queried text: PostgreSQL's `text` cannot hold it (asyncpg raised, a 500),
   SQLite stored it.
+- Identifiers made of dots alone: `.` and `..` are path segments clients normalise away, so
+  such a user or session could be created but never reached.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
-from tests.conftest import Running
+from tests.conftest import Running, turn
 
 
 def assert_refused(resp: httpx.Response, field: str) -> None:
@@ -77,3 +80,49 @@ async def test_nul_in_a_key_name_is_a_422_naming_the_field_and_stores_nothing(
     )
     assert_refused(resp, "name")
     assert await listed() == before
+
+
+DOTS = [".", "..", "..."]
+
+
+async def _rows_named_by_dots(running: Running) -> int:
+    """Users, sessions and messages whose ids are dots alone, in the open server's tenant."""
+    names = "('.', '..', '...')"
+    queries = [
+        f"SELECT count(*) FROM users WHERE tenant_id = 'default' AND id IN {names}",
+        f"SELECT count(*) FROM sessions WHERE tenant_id = 'default' "
+        f"AND (id IN {names} OR user_id IN {names})",
+        f"SELECT count(*) FROM messages WHERE tenant_id = 'default' "
+        f"AND (session_id IN {names} OR client_id IN {names})",
+        f"SELECT count(*) FROM memories WHERE tenant_id = 'default' AND user_id IN {names}",
+    ]
+    async with running.resources.db.engine.connect() as conn:
+        return sum([int(await conn.scalar(sa.text(query)) or 0) for query in queries])
+
+
+@pytest.mark.parametrize("dots", DOTS)
+async def test_an_id_of_dots_alone_is_a_422_in_a_body_a_query_and_a_path(
+    running: Running, ids: Callable[[str], str], dots: str
+) -> None:
+    user, session = ids("user"), ids("session")
+    memory = {"user_id": dots, "content": "I live in Lisbon", "memory_type": "semantic"}
+    assert_refused(await running.client.post("/v1/memories", json=memory), "user_id")
+    put = await running.client.put(f"/v1/sessions/{session}", json={"user_id": dots})
+    assert_refused(put, "user_id")
+    message = {"user_id": user, "messages": [turn("hi", id=dots)], "wait": True}
+    posted = await running.client.post(f"/v1/sessions/{session}/messages", json=message)
+    assert_refused(posted, "messages.0.id")
+
+    listed = await running.client.get("/v1/memories", params={"user_id": dots})
+    assert_refused(listed, "user_id")
+
+    # Percent-encoded, so that no client normalises the segment away before the server.
+    encoded = dots.replace(".", "%2E")
+    message = {"user_id": user, "messages": [turn("hi")], "wait": True}
+    posted = await running.client.post(f"/v1/sessions/{encoded}/messages", json=message)
+    assert_refused(posted, "session_id")
+    exported = await running.client.get(f"/v1/users/{encoded}/export")
+    assert_refused(exported, "user_id")
+
+    assert await _rows_named_by_dots(running) == 0
+    assert (await running.client.get(f"/v1/users/{user}/export")).status_code == 404

@@ -100,7 +100,7 @@ async def test_readyz_reports_index_lag_and_the_worker(workerless: Running) -> N
     assert stuck.json()["checks"]["database"]["ok"]
 
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(workerless.resources, stop))
+    worker = asyncio.create_task(run_worker(workerless.state["container"], stop))
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -183,7 +183,7 @@ async def test_a_worker_cancelled_mid_pass_cancels_its_running_jobs(workerless: 
     try:
         await post_messages(workerless, "s-hang", "u-hang", [turn("never indexed")], wait=False)
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(resources, stop, registry))
+        worker = asyncio.create_task(run_worker(workerless.state["container"], stop, registry))
         await asyncio.wait_for(asyncio.gather(embedder.entered.wait(), job_started.wait()), 60)
         stop.set()
         await finish(worker, grace=2.0)  # the pass's own clean-up gets as long again

@@ -20,7 +20,6 @@ from app.jobs import reindex
 from app.jobs.registry import SYSTEM_TENANT
 from app.settings import Settings
 from app.stores.models import Job, Memory
-from app.wiring import build_reindexer
 from tests.conftest import (
     Running,
     embedded_settings,
@@ -154,7 +153,7 @@ async def test_a_wiped_index_is_rebuilt_to_the_same_recall(
         assert_same_points(with_turn, await _stored(running, user))
 
         # A second run (a crash and a takeover) rewrites the same points.
-        again = await build_reindexer(running.resources).rebuild(batch=2)
+        again = await running.state["container"].reindexer.rebuild(batch=2)
         assert again == {"memories": len(ids), "batches": -(-len(ids) // 2)}
         assert await vectors.count() == len(ids)
         assert_same(before, await results(running, user))
@@ -266,7 +265,7 @@ async def test_a_turn_promoted_before_its_reply_is_indexed_with_it(
         await post_messages(running, "shop", user, [reply])
         assert bakery in await _terms_of(running, user, first["id"])
         promoted = await _stored(running, user)
-        await build_reindexer(running.resources).rebuild()
+        await running.state["container"].reindexer.rebuild()
         assert_same_points(promoted, await _stored(running, user))
 
         found = await recall(running, user, "bakery", min_relevance=0)

@@ -17,7 +17,7 @@ from app.schemas.ingest import IngestRequest
 from app.services.promotion import Promoter
 from app.stores import sessions as session_store
 from app.stores.models import Memory, MemoryEvent, Session
-from app.wiring import build_promoter, build_services
+from app.wiring import build_promoter
 from tests.conftest import Running, full_settings, post_messages, recall, turn
 
 
@@ -271,7 +271,7 @@ async def test_two_tenants_sessions_of_one_name_in_one_pass_stay_apart(
     """Sessions are (tenant, id): a pass holding both tenants' "chat" promotes each from its
     own log, under its own tenant."""
     r = idle_app.resources
-    ingest = build_services(r).ingest
+    ingest = idle_app.state["services"].ingest
     name = "chat-shared-name"
     await post_messages(idle_app, name, "u-tenant-a", [turn("alpha only")], wait=False)
     await ingest.add_messages(
