@@ -1,5 +1,5 @@
 """Dependencies of the routes: the gate (who is calling, and may they), and the services,
-as `Annotated` aliases.
+as `Annotated` aliases of one generic getter (`service`).
 
 `TenantDep` is the gate: every /v1 route takes it (a test walks the routes), and with it the
 key check, the scope, the user binding and the rate limit (docs/security.md).
@@ -7,6 +7,7 @@ key check, the scope, the user binding and the rate limit (docs/security.md).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Path, Query, Request
@@ -51,8 +52,6 @@ holds nothing;
 `tests/unit/test_gate.py` fails on any /v1 route that is neither gated nor listed here)."""
 
 
-# The dependencies below that only hand out a service are `async def` on purpose: FastAPI
-# runs a plain `def` dependency in its thread pool, a thread hop per dependency per request.
 def _services(request: Request) -> Services:
     services: Services = request.state.services
     return services
@@ -134,102 +133,37 @@ async def _tenant(principal: PrincipalDep) -> str:
 TenantDep = Annotated[str, Depends(_tenant)]
 
 
-async def _keys(request: Request) -> KeyService:
-    return _services(request).keys
+# `get` below is `async def` on purpose: FastAPI runs a plain `def` dependency in its thread
+# pool, a thread hop per dependency per request (tests/unit/test_deps.py).
+def service(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """The dependency that hands out the service `name` of `request.state.services` (the
+    container's, app/wiring.py). A name `Services` does not have fails at import."""
+    if name not in Services.__dataclass_fields__:
+        raise ValueError(f"no service {name!r} in app.wiring.Services")
+
+    async def get(request: Request) -> Any:
+        return getattr(_services(request), name)
+
+    get.__qualname__ = get.__name__ = f"service_{name}"
+    return get
 
 
-KeyDep = Annotated[KeyService, Depends(_keys)]
-
-
-async def _ingest(request: Request) -> IngestService:
-    return _services(request).ingest
-
-
-async def _memories(request: Request) -> MemoryService:
-    return _services(request).memories
-
-
-async def _recall(request: Request) -> RecallService:
-    return _services(request).recall
-
-
-async def _context(request: Request) -> ContextService:
-    return _services(request).context
-
-
-async def _health(request: Request) -> HealthService:
-    return _services(request).health
-
-
-async def _jobs(request: Request) -> JobService:
-    return _services(request).jobs
-
-
-IngestDep = Annotated[IngestService, Depends(_ingest)]
-MemoryDep = Annotated[MemoryService, Depends(_memories)]
-RecallDep = Annotated[RecallService, Depends(_recall)]
-ContextDep = Annotated[ContextService, Depends(_context)]
-HealthDep = Annotated[HealthService, Depends(_health)]
-JobDep = Annotated[JobService, Depends(_jobs)]
-
-
-async def _rewrite(request: Request) -> RewriteService:
-    return _services(request).rewrite
-
-
-RewriteDep = Annotated[RewriteService, Depends(_rewrite)]
-
-
-async def _scratchpad(request: Request) -> ScratchpadService:
-    return _services(request).scratchpad
-
-
-ScratchpadDep = Annotated[ScratchpadService, Depends(_scratchpad)]
-
-
-async def _summaries(request: Request) -> SummaryService:
-    return _services(request).summaries
-
-
-SummaryDep = Annotated[SummaryService, Depends(_summaries)]
-
-
-async def _export(request: Request) -> ExportService:
-    return _services(request).export
-
-
-async def _erasure(request: Request) -> ErasureService:
-    return _services(request).erasure
-
-
-ExportDep = Annotated[ExportService, Depends(_export)]
-ErasureDep = Annotated[ErasureService, Depends(_erasure)]
-
-
-async def _forgetting(request: Request) -> ForgettingService:
-    return _services(request).forgetting
-
-
-ForgettingDep = Annotated[ForgettingService, Depends(_forgetting)]
-
-
-async def _maintenance(request: Request) -> MaintenanceService:
-    return _services(request).maintenance
-
-
-MaintenanceDep = Annotated[MaintenanceService, Depends(_maintenance)]
-
-
-async def _profile(request: Request) -> ProfileService:
-    return _services(request).profile
-
-
-async def _graph(request: Request) -> GraphService:
-    return _services(request).graph
-
-
-ProfileDep = Annotated[ProfileService, Depends(_profile)]
-GraphDep = Annotated[GraphService, Depends(_graph)]
+KeyDep = Annotated[KeyService, Depends(service("keys"))]
+IngestDep = Annotated[IngestService, Depends(service("ingest"))]
+MemoryDep = Annotated[MemoryService, Depends(service("memories"))]
+RecallDep = Annotated[RecallService, Depends(service("recall"))]
+ContextDep = Annotated[ContextService, Depends(service("context"))]
+HealthDep = Annotated[HealthService, Depends(service("health"))]
+JobDep = Annotated[JobService, Depends(service("jobs"))]
+RewriteDep = Annotated[RewriteService, Depends(service("rewrite"))]
+ScratchpadDep = Annotated[ScratchpadService, Depends(service("scratchpad"))]
+SummaryDep = Annotated[SummaryService, Depends(service("summaries"))]
+ExportDep = Annotated[ExportService, Depends(service("export"))]
+ErasureDep = Annotated[ErasureService, Depends(service("erasure"))]
+ForgettingDep = Annotated[ForgettingService, Depends(service("forgetting"))]
+MaintenanceDep = Annotated[MaintenanceService, Depends(service("maintenance"))]
+ProfileDep = Annotated[ProfileService, Depends(service("profile"))]
+GraphDep = Annotated[GraphService, Depends(service("graph"))]
 
 SessionIdPath = Annotated[
     str,
