@@ -41,10 +41,11 @@ migrate: $(VENV)/.service  ## the schema, once, before starting many processes (
 test: install
 	$(BIN)/pytest
 
-check: install  ## format check, lint, mypy --strict, tests
+check: install  ## format check, lint, mypy --strict, import layers, tests
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 fmt: install

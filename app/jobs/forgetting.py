@@ -14,11 +14,11 @@ from typing import Any
 from app.core.clock import Clock, utc_now
 from app.jobs.registry import SYSTEM_TENANT, JobContext, Registry
 from app.services.forgetting import ForgettingService
+from app.services.maintenance import MAINTENANCE
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
 
 FORGET_SWEEP = "forget_sweep"
-MAINTENANCE = "maintenance"
 
 # One promotion pass: the messages it promoted (0: the backlog is empty).
 PromotePass = Callable[[], Awaitable[int]]

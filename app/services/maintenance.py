@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import uuid
 
-from app.jobs.forgetting import MAINTENANCE
 from app.schemas.forgetting import MaintenanceRequest
 from app.schemas.jobs import JobOut
 from app.services.jobs import JobService
+
+MAINTENANCE = "maintenance"  # the job kind; its handler is app/jobs/forgetting.py's
 
 
 class MaintenanceService:
