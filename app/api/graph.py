@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, status
 
 from app.api.deps import GraphDep, TenantDep, UserIdPath
 from app.api.errors import problem_responses
-from app.errors import BadRequest, EntityNotFound, UserErasureInProgress
+from app.errors import BadRequest, EntityNotFound, InvalidCursor, UserErasureInProgress
 from app.schemas.common import IsoDatetime, Text
 from app.schemas.graph import EntityPage, Neighborhood, TriplesIn, TriplesOut
 
@@ -33,8 +33,10 @@ async def add_triples(
 @router.get(
     "/users/{user_id}/graph/entities",
     summary="A user's entities whose name contains `q`",
+    description="Exact matches first, then shorter names; `next_cursor`, passed as `cursor` "
+    "with the same `q`, gives the next page.",
     response_model=EntityPage,
-    responses=problem_responses(),
+    responses=problem_responses(InvalidCursor),
 )
 async def list_entities(
     user_id: UserIdPath,
@@ -42,8 +44,9 @@ async def list_entities(
     graph: GraphDep,
     q: Annotated[str | None, Text(256), Query(description="part of a name")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Text(512), Query(description="from `next_cursor`")] = None,
 ) -> EntityPage:
-    return await graph.entities(tenant, user_id, q, limit=limit)
+    return await graph.entities(tenant, user_id, q, limit=limit, cursor=cursor)
 
 
 @router.get(

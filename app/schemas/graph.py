@@ -85,6 +85,7 @@ class TriplesOut(BaseModel):
 
 class EntityPage(BaseModel):
     items: list[EntityOut]
+    next_cursor: str | None
 
 
 class NeighborOut(EntityOut):

@@ -64,6 +64,26 @@ def one_id(cursor: str | None) -> uuid.UUID | None:
         raise InvalidCursor() from exc
 
 
+def rank_length_name(cursor: str | None) -> tuple[int, int, str] | None:
+    """A cursor of (0 or 1, a length, a name): graph entities' order."""
+    if not cursor:
+        return None
+    parts = decode_cursor(cursor)
+    if (
+        len(parts) != 3
+        or parts[0] not in (0, 1)
+        or type(parts[0]) is not int
+        or type(parts[1]) is not int
+        or not 0 <= parts[1] <= 256
+        or not isinstance(parts[2], str)
+        or not parts[2]
+        or "\x00" in parts[2]  # PostgreSQL's text cannot hold it (orjson refuses surrogates)
+        or len(parts[2]) != parts[1]
+    ):
+        raise InvalidCursor()
+    return parts[0], parts[1], parts[2]
+
+
 def one_int(cursor: str | None, *, low: int = 0, high: int = 2**63 - 1) -> int | None:
     """A cursor of one integer in [low, high] (a seq, an event id: 64-bit columns)."""
     if not cursor:

@@ -21,6 +21,7 @@ from app.schemas.graph import (
     TriplesIn,
     TriplesOut,
 )
+from app.services.cursors import encode_cursor, rank_length_name
 from app.services.ingest import writable
 from app.stores import graph as graph_store
 from app.stores.db import Database
@@ -138,12 +139,21 @@ class GraphService:
         )
 
     async def entities(
-        self, tenant_id: str, user_id: str, q: str | None, *, limit: int
+        self, tenant_id: str, user_id: str, q: str | None, *, limit: int, cursor: str | None = None
     ) -> EntityPage:
         key = graph.name_key(q) if q else None
+        after = rank_length_name(cursor)
         async with self.db.read() as tx:
-            rows = await graph_store.search_entities(tx, tenant_id, user_id, key, limit=limit)
-        return EntityPage(items=[entity_out(e) for e in rows])
+            rows = await graph_store.search_entities(
+                tx, tenant_id, user_id, key, after=after, limit=limit + 1
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        last = graph_store.entity_order(rows[-1], key) if more and rows else None
+        return EntityPage(
+            items=[entity_out(e) for e in rows],
+            next_cursor=encode_cursor(*last) if last is not None else None,
+        )
 
     async def neighbors(
         self, tenant_id: str, user_id: str, entity: str, *, depth: int, as_of: datetime | None

@@ -142,16 +142,32 @@ def _like_escape(text: str) -> str:
 
 
 async def search_entities(
-    tx: AsyncSession, tenant_id: str, user_id: str, q: str | None, *, limit: int
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    q: str | None,
+    *,
+    after: tuple[int, int, str] | None = None,
+    limit: int,
 ) -> list[Entity]:
-    """The user's entities whose name contains `q` (case-folded); exact matches first."""
+    """The user's entities whose name contains `q` (case-folded); exact matches first, then
+    shorter names, then by name. `after`: the key (`entity_order`) of the last entity of the
+    page before; a keyset, so the order has no ties (`name_key` is unique per user)."""
     stmt = sa.select(Entity).where(Entity.tenant_id == tenant_id, Entity.user_id == user_id)
-    order: list[Any] = []
+    rank: Any = sa.literal(0)
     if q:
         stmt = stmt.where(Entity.name_key.like(f"%{_like_escape(q)}%", escape="\\"))
-        order.append(sa.case((Entity.name_key == q, 0), else_=1))
-    stmt = stmt.order_by(*order, sa.func.length(Entity.name_key), Entity.name_key).limit(limit)
+        rank = sa.case((Entity.name_key == q, 0), else_=1)
+    key = (rank, sa.func.length(Entity.name_key), Entity.name_key)
+    if after is not None:
+        stmt = stmt.where(sa.tuple_(*key) > sa.tuple_(*after))
+    stmt = stmt.order_by(*key).limit(limit)
     return list((await tx.execute(stmt)).scalars().all())
+
+
+def entity_order(entity: Entity, q: str | None) -> tuple[int, int, str]:
+    """An entity's place in `search_entities`' order for `q`."""
+    return (0 if not q or entity.name_key == q else 1, len(entity.name_key), entity.name_key)
 
 
 async def entity_by_key(

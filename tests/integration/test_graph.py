@@ -79,6 +79,37 @@ async def test_neighbors_at_depth_one_to_three(running: Running, ids: Callable[[
     assert len(every.json()["items"]) == 7
 
 
+async def test_entities_page_by_cursor_in_their_order(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Entities are a list like the others: `next_cursor` as `cursor` walks them all, once
+    each, in the order one long page gives (exact match, shorter names, by name); a junk
+    cursor is a 422 `invalid_cursor`. There was no cursor, only the first `limit`."""
+    user = ids("user")
+    names = ["Ann", "Anna", "Joanna", "Hannah", "Annabel", "Bob", "Ana", "Anne", "Ann Lee"]
+    await add(running, user, [{"subject": n, "predicate": "knows", "object": "Zed"} for n in names])
+    url = f"/v1/users/{user}/graph/entities"
+    for q in ("ann", None):
+        base = {"q": q} if q else {}
+        whole = (await running.client.get(url, params={**base, "limit": 200})).json()
+        assert whole["next_cursor"] is None
+        expected = [e["name"] for e in whole["items"]]
+        assert len(expected) == (7 if q else len(names) + 1)  # all but Bob, Ana (and Zed)
+        assert expected[0] == ("Ann" if q else "Ana")  # the exact match; the shortest name
+        seen: list[str] = []
+        params: dict[str, Any] = {**base, "limit": 2}
+        for _ in range(10):
+            page = (await running.client.get(url, params=params)).json()
+            seen += [e["name"] for e in page["items"]]
+            if page["next_cursor"] is None:
+                break
+            params["cursor"] = page["next_cursor"]
+        assert seen == expected
+    junk = await running.client.get(url, params={"cursor": "zz!"})
+    assert junk.status_code == 422
+    assert junk.json()["code"] == "invalid_cursor"
+
+
 async def test_triples_are_not_repeated_and_end_in_valid_time(
     running: Running, ids: Callable[[str], str]
 ) -> None:

@@ -184,6 +184,7 @@ async def test_a_junk_cursor_is_a_422_invalid_cursor_on_every_list(
         "/v1/memories",
         f"/v1/memories/{made.json()['id']}/history",
         f"/v1/users/{user}/summaries",
+        f"/v1/users/{user}/graph/entities",
         "/v1/admin/keys",
     ]
     for path in lists:
