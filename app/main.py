@@ -14,8 +14,10 @@ from typing import TypedDict
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from app import logs, memory
+from app import mcp as strata_mcp
 from app.api import (
     admin,
     context,
@@ -81,10 +83,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     # Before the lifespan starts the threads that would each get an arena.
     memory.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
 
+    mcp_endpoint = strata_mcp.HttpEndpoint(strata_mcp.build_server())
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         logs.configure(settings.log_level, settings.log_format)
-        async with open_container(settings, clock=clock) as container:
+        async with (
+            open_container(settings, clock=clock) as container,
+            mcp_endpoint.server.session_manager.run(),
+        ):
             resources, services = container.resources, container.services
             await services.keys.resolve_mode()  # refuses to serve without keys by accident
             if settings.gc_freeze:
@@ -123,6 +130,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         generate_unique_id_function=_operation_id,
     )
     api_docs.install(app)
+    # MCP over streamable HTTP, behind the same keys (app/mcp.py); not a REST route.
+    app.router.routes.append(
+        Route(strata_mcp.PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"])
+    )
     # Added first, so it runs inside the request id middleware that `install` adds.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     api_errors.install(app)
