@@ -108,6 +108,8 @@ class QdrantEdgeIndex:
         # erasures waiting for one purge are all served by the next.
         self._erasures = 0
         self._purged = 0
+        self._purging = False  # what `_child` is doing: a purge, or a graph build
+        self._stopped_for_purge = False
         self._child: asyncio.subprocess.Process | None = None
         self.builds = 0
         # Read and written only under `_lock`, as the shard is.
@@ -700,25 +702,32 @@ class QdrantEdgeIndex:
             "builds": self.builds,
         }
 
+    def _build_due(self) -> bool:
+        return self.build_min_points > 0 and self._unbuilt >= max(
+            self.build_min_points, self.build_fraction * self._points
+        )
+
     def _maybe_build(self) -> None:
-        if self.build_min_points <= 0 or self._shard is None:
+        if self._shard is None or not self._build_due():
             return
         if self._builder is not None and not self._builder.done():
-            return
-        if self._unbuilt < max(self.build_min_points, self.build_fraction * self._points):
             return
         self._builder = asyncio.create_task(self._build_logged())
 
     async def _build_logged(self) -> None:
         try:
             async with self._rebuilding:
-                # A purge that ran first may have built the graph already.
-                if self._unbuilt >= max(self.build_min_points, self.build_fraction * self._points):
+                if self._build_due():  # a purge that ran first may have built it already
                     await self._rebuild(purge=False)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.warning("index graph build failed; searches stay brute force", exc_info=True)
+            if self._stopped_for_purge:
+                log.info("index graph build stopped: a purge builds the graph instead")
+            else:
+                log.warning("index graph build failed; searches stay brute force", exc_info=True)
+        finally:
+            self._stopped_for_purge = False
 
     async def build_now(self) -> None:
         """Build the graph on a copy of the shard in a child process and swap it in."""
@@ -736,6 +745,13 @@ class QdrantEdgeIndex:
         share the next purge. True: nothing deleted remains (by then, also of deletes
         other than erasures)."""
         wanted = self._erasures
+        child = self._child
+        if child is not None and not self._purging and child.returncode is None:
+            # A graph build under way, on a copy from before the erasure: its child is
+            # stopped (the build then fails cleanly, `_rebuild`), and the purge builds the
+            # graph in its stead (`_build_due`), rather than after it.
+            self._stopped_for_purge = True
+            child.kill()
         async with self._rebuilding:
             if self._purged < wanted:
                 await self._rebuild(purge=True)
@@ -753,8 +769,9 @@ class QdrantEdgeIndex:
         # A purge copies the live files to the side (`source`), rewrites them into `target`
         # and deletes the copy; a build optimizes the copy itself.
         source = self.root / f"{generation}.src" if purge else target
-        # A purge builds the graph only when the live directory has one.
-        optimize = not purge or self._built_points() > 0
+        # A purge builds the graph when the live directory has one, or one is due.
+        optimize = not purge or self._built_points() > 0 or self._build_due()
+        self._purging = purge
 
         erasures = 0
 

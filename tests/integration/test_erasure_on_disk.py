@@ -10,12 +10,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
+from app.core import terms
 from app.settings import Settings
+from app.stores.qdrant_edge import QdrantEdgeIndex
+from app.stores.vectors import MemoryPayload, VectorPoint
 from tests.conftest import Running, embedded_settings, post_messages, recall, turn
 
 MESSAGES = 240  # in two sessions, each message with its own marker
@@ -23,6 +28,10 @@ MESSAGES = 240  # in two sessions, each message with its own marker
 
 def _files(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _dirs(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.is_dir())
 
 
 def _holding(files: dict[Path, bytes], needle: str) -> dict[str, int]:
@@ -128,3 +137,53 @@ async def test_the_receipt_says_which_stores_files_are_purged(
     # Embedded: SQLite, Qdrant Edge and the in-process buffer, all purged by the service.
     # Full: PostgreSQL, Redis and the Qdrant server keep their own files (docs/privacy.md).
     assert receipt["purged_from_disk"] == dict.fromkeys(("database", "index", "buffer"), embedded)
+
+
+def _point(user: str, text: str, rng: np.random.Generator) -> VectorPoint:
+    payload = MemoryPayload(
+        tenant_id="t",
+        user_id=user,
+        session_id=f"{user}-s",
+        memory_type="episodic",
+        content=text,
+        importance=0.5,
+        sources=[],
+        metadata={},
+        created_at=datetime.now(UTC),
+    )
+    dense = rng.standard_normal(16).astype(np.float32).tolist()
+    return VectorPoint(uuid.uuid4(), dense, terms.document_vector(text), payload)
+
+
+async def test_a_purge_rewrites_the_shard_without_deleted_points_and_builds_a_due_graph(
+    tmp_path: Path,
+) -> None:
+    """At the store: a graph build is due (and perhaps under way) when a user is erased; the
+    purge leaves no byte of theirs, keeps every other point (one written during the purge
+    too), and the swapped-in shard has its graph."""
+    rng = np.random.default_rng(7)
+    tag = uuid.uuid4().hex[:10]
+    index = QdrantEdgeIndex(tmp_path, "c", 16, build_min_points=200, build_fraction=0.2)
+    await index.ensure_collection()
+    try:
+        await index.upsert([_point(f"keep-{tag}", f"KEEP{tag} {i}", rng) for i in range(300)])
+        await index.upsert([_point(f"gone-{tag}", f"GONE{tag} {i}", rng) for i in range(300)])
+        assert await index.delete_user("t", f"gone-{tag}") == 300
+        late = _point(f"keep-{tag}", f"KEEP{tag} late", rng)
+        purged, _ = await asyncio.gather(index.purge(), index.upsert([late]))
+        assert purged
+        assert await index.count() == 301
+        assert index.status()["unindexed"] <= 1  # the graph is built (the late point aside)
+    finally:
+        await index.close()
+    files = _files(tmp_path)
+    assert _holding(files, f"GONE{tag}") == {}
+    assert _holding(files, f"gone-{tag}") == {}
+    assert _holding(files, f"KEEP{tag} late")
+    reopened = QdrantEdgeIndex(tmp_path, "c", 16)
+    await reopened.ensure_collection()
+    try:
+        assert await reopened.count() == 301
+    finally:
+        await reopened.close()
+    assert _dirs(tmp_path) == [reopened.path.name]  # no copy, no older directory
