@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from app import logs, memory
+from app import logs, malloc
 from app import mcp as strata_mcp
 from app.api import (
     admin,
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     settings = settings or Settings()
     refuse_unworkable(settings, "api")
     # Before the lifespan starts the threads that would each get an arena.
-    memory.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
+    malloc.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
 
     mcp_endpoint = strata_mcp.HttpEndpoint(strata_mcp.build_server())
 
@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             resources, services = container.resources, container.services
             await services.keys.resolve_mode()  # refuses to serve without keys by accident
             if settings.gc_freeze:
-                memory.freeze_long_lived()
+                malloc.freeze_long_lived()
             stop = asyncio.Event()
             worker = (
                 asyncio.create_task(run_worker(container, stop), name="strata-worker")

@@ -15,7 +15,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from app import logs, memory
+from app import logs, malloc
 from app.jobs import reindex
 from app.jobs import tasks as job_tasks
 from app.jobs.registry import Registry
@@ -43,7 +43,7 @@ async def run_worker(
     promoter = container.promoter(owner, stop)
     signals = resources.signals
     poll = settings.worker_poll_seconds
-    trimmer = memory.Trimmer(settings.trim_after_messages)
+    trimmer = malloc.Trimmer(settings.trim_after_messages)
     if registry is None:
         registry = container.registry(promoter.run_once)
     if REINDEX in registry.kinds:
@@ -185,7 +185,7 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 async def main() -> None:
     settings = Settings()
     refuse_unworkable(settings, "worker")
-    memory.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
+    malloc.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
     logs.configure(settings.log_level, settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -198,7 +198,7 @@ async def main() -> None:
             resources.metrics.serve(settings.worker_metrics_port)
             log.info("worker metrics on port %d", settings.worker_metrics_port)
         if settings.gc_freeze:
-            memory.freeze_long_lived()
+            malloc.freeze_long_lived()
         worker = asyncio.create_task(run_worker(container, stop), name="strata-worker")
         stopping = asyncio.create_task(stop.wait())
         try:

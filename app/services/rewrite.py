@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from app import memory
+from app import malloc
 from app.core.rewrite import (
     Rewrite,
     Turn,
@@ -59,7 +59,7 @@ class RewriteService:
         self.ingest = ingest
         self.llm = llm
         # The tagger's tables out of the collector's reach once loaded, as start-up's are
-        # (`STRATA_GC_FREEZE`, app/memory.py).
+        # (`STRATA_GC_FREEZE`, app/malloc.py).
         self.freeze_after_load = freeze_after_load
         self._tagger_settled = False
 
@@ -99,10 +99,10 @@ class RewriteService:
             if not self._tagger_settled:
                 self._tagger_settled = True  # once: concurrent first requests all load it
                 if self.freeze_after_load:
-                    memory.freeze_long_lived(collect=False)
+                    malloc.freeze_long_lived(collect=False)
                 # The import's own tag table (~40 MiB, replaced by the segmenter's) is free
                 # heap now: given back (the call releases the GIL).
-                await asyncio.to_thread(memory.trim)
+                await asyncio.to_thread(malloc.trim)
         if self.llm is not None:
             try:
                 result = await self.llm.complete_json(

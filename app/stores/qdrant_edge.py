@@ -36,7 +36,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import orjson
 
-from app import memory
+from app import malloc
 from app.errors import VectorStoreUnavailable
 from app.stores.term_counts import TermCounts, UserKey
 from app.stores.vectors import (
@@ -172,7 +172,7 @@ class QdrantEdgeIndex:
         with self._lock:
             self._recount_terms()
         self._unbuilt = max(0, self._points - self._built_points())
-        memory.trim()  # what loading the shard allocated and freed (`_load_trimmed`)
+        malloc.trim()  # what loading the shard allocated and freed (`_load_trimmed`)
 
     def _create_or_load(self, qe: Any) -> None:
         if (self.path / "edge_config.json").exists() or any(self.path.glob("segments*")):
@@ -828,7 +828,7 @@ class QdrantEdgeIndex:
 
             old, old_path = await asyncio.to_thread(swap)
             await asyncio.to_thread(old.close)
-            await asyncio.to_thread(memory.trim)
+            await asyncio.to_thread(malloc.trim)
             await asyncio.to_thread(shutil.rmtree, old_path, True)
             if purge:
                 self._purged = max(self._purged, erasures)
@@ -978,7 +978,7 @@ def _load_trimmed(path: Path) -> Any:
     import qdrant_edge as qe
 
     shard = qe.EdgeShard.load(str(path))
-    memory.trim()
+    malloc.trim()
     return shard
 
 

@@ -335,7 +335,7 @@ async def test_the_heap_a_shard_load_frees_is_given_back(
     """Replaying a shard's write-ahead log at load allocates and frees ~33 MiB a dense
     vector, which glibc keeps (157 MiB at 100k memories, bench/README.md): the index trims
     after opening a shard and after swapping a built copy in."""
-    from app import memory
+    from app import malloc
 
     trims: list[str] = []
 
@@ -343,7 +343,7 @@ async def test_the_heap_a_shard_load_frees_is_given_back(
         trims.append("trim")
         return True
 
-    monkeypatch.setattr(memory, "trim", trim)
+    monkeypatch.setattr(malloc, "trim", trim)
     rng = np.random.default_rng(6)
     index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()

@@ -126,7 +126,7 @@ async def test_the_worker_trims_the_heap_when_idle_after_a_backlog(
     start_app: Callable[[Any], Any], tmp_path: Path
 ) -> None:
     """`STRATA_TRIM_AFTER_MESSAGES`: once that many are promoted and the worker finds no
-    more work, it gives the free heap back (app/memory.py), and counts it."""
+    more work, it gives the free heap back (app/malloc.py), and counts it."""
     settings = embedded_settings(tmp_path, trim_after_messages=3)
     async with start_app(settings) as running:
         assert value(await scrape(running), "strata_heap_trims_total") == 0

@@ -1,4 +1,4 @@
-"""The C heap's settings and when the worker trims it (`app.memory`)."""
+"""The C heap's settings and when the worker trims it (`app.malloc`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import weakref
 
 import pytest
 
-from app import memory
-from app.memory import Trimmer
+from app import malloc
+from app.malloc import Trimmer
 
 glibc = pytest.mark.skipif(
     platform.libc_ver()[0] != "glibc", reason="mallopt and malloc_trim are glibc's"
@@ -43,9 +43,9 @@ def test_zero_never_trims() -> None:
 
 @glibc
 def test_glibc_takes_the_settings() -> None:
-    assert memory.tune_malloc(arena_max=2, mmap_threshold=262_144)
-    assert memory.tune_malloc(arena_max=0, mmap_threshold=0)  # nothing to set: still fine
-    assert isinstance(memory.trim(), bool)
+    assert malloc.tune_malloc(arena_max=2, mmap_threshold=262_144)
+    assert malloc.tune_malloc(arena_max=0, mmap_threshold=0)  # nothing to set: still fine
+    assert isinstance(malloc.trim(), bool)
 
 
 class _Node:
@@ -60,7 +60,7 @@ def test_a_frozen_cycle_outlives_collections_until_unfrozen() -> None:
     alive = weakref.ref(node)
     before = gc.get_freeze_count()
     try:
-        assert memory.freeze_long_lived(collect=False) > before
+        assert malloc.freeze_long_lived(collect=False) > before
         del node
         gc.collect()
         assert alive() is not None  # frozen: no collection walks it
