@@ -21,7 +21,7 @@ from app.core.auth import (
     is_loopback,
     required_scope,
 )
-from app.errors import InsufficientScope, LoopbackOnly, UserNotAllowed
+from app.errors import InsufficientScope, LoopbackOnly, UnsupportedMediaType, UserNotAllowed
 from app.schemas.common import ID_PATTERN, ID_RULES
 from app.services.context import ContextService
 from app.services.forgetting import ForgettingService
@@ -69,8 +69,16 @@ async def authorize(
     401 without a valid key; 429 when the key's bucket is empty; 403 without the route's
     scope, or when a key bound to a user names another user (or none) in the path, the query
     or the JSON body. An open server skips all of it (loopback callers only, unless open was
-    chosen explicitly).
+    chosen explicitly). Then, for whoever passed: 415 for a body that is not JSON.
     """
+    principal = await _principal(request, credentials)
+    await _json_body_only(request)
+    return principal
+
+
+async def _principal(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
+) -> Principal:
     keys: KeyService = _services(request).keys
     if keys.mode != "keys":
         # No peer address: a Unix socket, which is this machine too.
@@ -101,6 +109,30 @@ async def authorize(
                 f"this key is bound to user {principal.user_id!r}, not {foreign[0]!r}"
             )
     return principal
+
+
+def is_json(content_type: str | None) -> bool:
+    """`application/json` or `application/<anything>+json` (merge-patch), parameters such as
+    `charset` aside: the media types FastAPI reads a body as JSON for."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+async def _json_body_only(request: Request) -> None:
+    """415 for a body a route would read as JSON sent as something else (`text/plain`, XML,
+    a form, no content type): FastAPI leaves such a body unparsed, and its answer was a 422
+    that blamed the fields. Every route with a body passes here, being gated; an empty body
+    is no body (a 422 when the route needs one)."""
+    route = request.scope.get("route")
+    if getattr(route, "body_field", None) is None or not await request.body():
+        return
+    content_type = request.headers.get("content-type")
+    if not is_json(content_type):
+        raise UnsupportedMediaType(
+            f"the body must be JSON (`Content-Type: application/json`), not "
+            f"{content_type or 'without a content type'}"
+        )
 
 
 async def _named_users(request: Request) -> list[object]:

@@ -37,6 +37,7 @@ from app.errors import (
     RateLimited,
     RequestTooLarge,
     Unauthorized,
+    UnsupportedMediaType,
     UserNotAllowed,
     registered,
 )
@@ -309,6 +310,7 @@ def _document_problems(app: FastAPI) -> None:
             components["schemas"] = dict(sorted(schemas.items()))
             components["examples"] = {kind.code: _example(kind) for kind in registered()}
             _document_scopes(spec)
+            _document_media_types(spec)
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -323,3 +325,19 @@ def _document_scopes(spec: dict[str, Any]) -> None:
         for method, operation in operations.items():
             declared = operation.get(SCOPE_MARKER)
             operation[SCOPE_MARKER] = required_scope(method, path, declared)
+
+
+def _document_media_types(spec: dict[str, Any]) -> None:
+    """Each /v1 operation with a body may answer 415 `unsupported_media_type`: a body that is
+    not JSON by its content type (the gate's check, `app/api/deps.py`)."""
+    for path, operations in spec.get("paths", {}).items():
+        if not path.startswith("/v1"):
+            continue
+        for operation in operations.values():
+            if "requestBody" not in operation:
+                continue
+            responses = operation.get("responses", {})
+            before = [(status, r) for status, r in responses.items() if status < "415"]
+            after = [(status, r) for status, r in responses.items() if status > "415"]
+            unsupported = ("415", _response(415, [UnsupportedMediaType]))
+            operation["responses"] = dict([*before, unsupported, *after])
