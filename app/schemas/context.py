@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
 
 from app.schemas.common import EventTime, Identifier, JsonInt, LLMUsage, Query, StrictModel
 from app.schemas.ingest import MessageOut
+from app.schemas.profile import ProfileFact
 from app.schemas.recall import RecallResult
 
 
@@ -38,12 +40,22 @@ class SummaryOut(BaseModel):
     content: str
 
 
+class ContextProfile(TypedDict, total=False):
+    """What of the user's profile fit the budget; a part with nothing kept is absent, so an
+    empty profile is `{}`."""
+
+    attributes: Annotated[
+        dict[str, Any], Field(description="the profile's attributes that fit (free-form)")
+    ]
+    facts: Annotated[list[ProfileFact], Field(description="current facts, newest first")]
+
+
 class ContextSections(BaseModel):
     system_prompt: str
     working_memory: dict[str, Any]
-    profile: dict[str, Any] = Field(
-        description="what of the user's profile fit: `attributes` (an object) and `facts` "
-        "(current facts, newest first); `{}` when the profile is empty"
+    profile: ContextProfile = Field(
+        description="what of the user's profile fit: `attributes` and `facts`, each absent "
+        "when none fit; `{}` when the profile is empty"
     )
     summaries: list[SummaryOut]
     memories: list[RecallResult]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.common import Identifier, IsoDate, StrictModel
+from app.schemas.common import Identifier, IsoDate, LLMUsage, Source, StrictModel
 
 SummaryLevel = Literal["daily", "weekly", "essence"]
 
@@ -31,6 +31,17 @@ class SummarizeAccepted(BaseModel):
     key: str = Field(description="the job's key: one job per user, level and period")
 
 
+class SummarySource(BaseModel):
+    """A summary a weekly or the essence was written from."""
+
+    id: uuid.UUID
+    level: Literal["daily", "weekly"]
+    period_start: str = Field(
+        description="its period's start (ISO 8601, as stored)",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
 class SummaryItem(BaseModel):
     id: uuid.UUID = Field(description="deterministic from the user, level and period_start")
     level: SummaryLevel
@@ -38,13 +49,15 @@ class SummaryItem(BaseModel):
     period_end: datetime = Field(description="its end (exclusive)")
     timezone: str
     content: str
-    sources: list[dict[str, Any]] = Field(
-        description="daily: the messages `{session_id, message_id, seq}`; weekly: the "
-        "dailies' ids; essence: the weeklies' ids (as `{id, level, period_start}`)"
+    sources: list[Source | SummarySource] = Field(
+        description="daily: the messages (`Source`); weekly: the dailies, essence: the "
+        "weeklies (`SummarySource`)"
     )
     tokens: int = Field(description="tokens of `content` (the service's tokenizer)")
     method: Literal["extractive", "llm"]
-    llm_usage: dict[str, int] | None = None
+    llm_usage: LLMUsage | None = Field(
+        default=None, description="tokens the LLM spent on it (`method` llm)"
+    )
     created_at: datetime
     updated_at: datetime
 

@@ -8,7 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from app.schemas.common import Source
+from app.schemas.ingest import MessageOut
 from app.schemas.jobs import JobState
+from app.schemas.summaries import SummarySource
 
 # The stores an erasure counts, in the receipt's order.
 ERASED = (
@@ -103,12 +106,15 @@ class ExportedSession(BaseModel):
     messages: list[ExportedMessage] = Field(description="the whole log, oldest first")
 
 
+class ExportedScratchpad(BaseModel):
+    data: dict[str, Any] = Field(description="the working memory, free-form")
+    updated_at: datetime
+
+
 class ExportedBuffer(BaseModel):
     session_id: str
-    window: list[dict[str, Any]] = Field(description="the recent window held in Redis")
-    scratchpad: dict[str, Any] | None = Field(
-        description="the working memory as stored (`data`, `updated_at`), if any"
-    )
+    window: list[MessageOut] = Field(description="the recent window held in Redis")
+    scratchpad: ExportedScratchpad | None = Field(description="the working memory, if any")
 
 
 class ExportedEvent(BaseModel):
@@ -133,7 +139,7 @@ class ExportedMemory(BaseModel):
     valid_from: datetime | None
     valid_to: datetime | None
     superseded_by: uuid.UUID | None
-    sources: list[dict[str, Any]]
+    sources: list[Source]
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
@@ -148,7 +154,7 @@ class ExportedSummary(BaseModel):
     period_end: datetime
     timezone: str
     content: str
-    sources: list[Any]
+    sources: list[Source | SummarySource]
     method: str
     created_at: datetime
     updated_at: datetime
