@@ -22,13 +22,14 @@ from typing import Annotated, Any, Literal, TypeVar
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from app.api.errors import problem
 from app.core.auth import Principal, is_loopback
 from app.errors import AppError, InsufficientScope, InvalidInput, LoopbackOnly, UserNotAllowed
+from app.schemas.common import Identifier
 from app.schemas.context import ContextRequest
 from app.schemas.forgetting import FeedbackRequest
 from app.schemas.ingest import IngestRequest
@@ -125,6 +126,18 @@ def _current(scope: str) -> tuple[Services, Principal]:
     return services, principal
 
 
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+
+
+def _id(field: str, value: str) -> str:
+    """An id by the REST API's rule (no NUL, no ids of dots alone, 1-128 of [A-Za-z0-9._:@-]);
+    checked here, not in the tool's schema, so that a bad one is our problem, not the SDK's."""
+    try:
+        return _IDENTIFIER.validate_python(value)
+    except ValidationError as exc:
+        raise InvalidInput(field, exc.errors()[0]["msg"]) from None
+
+
 def _user(principal: Principal, user_id: str | None) -> str:
     if principal.user_id is not None:
         if user_id is not None and user_id != principal.user_id:
@@ -134,7 +147,7 @@ def _user(principal: Principal, user_id: str | None) -> str:
         return principal.user_id
     if user_id is None:
         raise InvalidInput("user_id", "is required: this key is not bound to one user")
-    return user_id
+    return _id("user_id", user_id)
 
 
 def _problem_text(exc: AppError) -> str:
@@ -183,7 +196,9 @@ def build_server() -> MCPServer[Any]:
                     "wait": wait,
                 }
             )
-            out = await services.ingest.add_messages(principal.tenant_id, session_id, body)
+            out = await services.ingest.add_messages(
+                principal.tenant_id, _id("session_id", session_id), body
+            )
             return Remembered(
                 accepted=out.accepted, duplicates=out.duplicates, last_seq=out.last_seq
             )
@@ -236,7 +251,9 @@ def build_server() -> MCPServer[Any]:
             body = ContextRequest(
                 user_id=_user(principal, user_id), query=query, token_budget=token_budget
             )
-            out = await services.context.build(principal.tenant_id, session_id, body)
+            out = await services.context.build(
+                principal.tenant_id, _id("session_id", session_id), body
+            )
             return ContextResult(
                 text=out.text, tokens=out.tokens.total, token_budget=out.token_budget
             )
@@ -251,7 +268,7 @@ def build_server() -> MCPServer[Any]:
         async def work() -> Scratchpad:
             services, principal = _current("read")
             out = await services.scratchpad.get(
-                principal.tenant_id, session_id, _user(principal, user_id)
+                principal.tenant_id, _id("session_id", session_id), _user(principal, user_id)
             )
             return Scratchpad(data=out.data)
 
@@ -269,7 +286,9 @@ def build_server() -> MCPServer[Any]:
             body = ScratchpadPut.model_validate(
                 {"user_id": _user(principal, user_id), "data": data}
             )
-            out = await services.scratchpad.put(principal.tenant_id, session_id, body)
+            out = await services.scratchpad.put(
+                principal.tenant_id, _id("session_id", session_id), body
+            )
             return Scratchpad(data=out.data)
 
         return await _answer(work)

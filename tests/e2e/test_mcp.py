@@ -187,6 +187,13 @@ async def test_an_agent_remembers_and_recalls_over_http_with_a_key(keyed_server:
         assert _problem(missing)["code"] == "session_not_found"
         invalid = await client.call_tool("recall", {"user_id": "ana", "query": "   "})
         assert _problem(invalid)["code"] == "validation_error"
+        for args in (
+            {"user_id": "ana", "session_id": ".."},
+            {"user_id": "a\x00b", "session_id": "s1"},
+        ):
+            refused = _problem(await client.call_tool("get_scratchpad", args))
+            assert refused["code"] == "validation_error"
+            assert refused["errors"][0]["field"] in args
 
 
 async def test_a_key_bound_to_a_user_and_a_read_only_key_stay_in_their_bounds(
