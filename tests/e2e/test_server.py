@@ -1,11 +1,14 @@
-"""The README's run command starts the real server; ingest and recall over real HTTP."""
+"""The README's run command starts the real server; ingest and recall over real HTTP, and a
+user's script on a generated client (docs/clients.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -140,3 +143,50 @@ def test_a_body_over_the_limit_is_a_413_over_real_http(server: str) -> None:
         assert resp.status_code == 413
         assert resp.json()["code"] == "request_too_large"
     assert httpx.get(f"{server}/v1/sessions/e2e-big", params={"user_id": "u"}).status_code == 404
+
+
+def _generate(out: Path) -> None:
+    """`strata_client` in `out`, as docs/clients.md says to generate it."""
+    config = out / "config.json"
+    config.write_text(json.dumps({"post_hooks": []}))  # no formatting: nothing reads it
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "openapi-python-client"),
+            "generate",
+            "--path",
+            str(ROOT / "openapi" / "openapi.json"),
+            "--output-path",
+            str(out / "strata_client"),
+            "--meta",
+            "none",
+            "--config",
+            str(config),
+            "--fail-on-warning",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_example_script_runs_on_the_generated_client(server: str, tmp_path: Path) -> None:
+    _generate(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "python_client.py"), server],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert int(lines["ingested"]) >= 2
+    assert "Lisbon" in lines["recalled"]
+    total, budget = lines["context tokens"].split(" of ")
+    assert 0 < int(total) <= int(budget) == 500
+    assert lines["404"] == "session_not_found"
+    assert lines["422"] == "validation_error ['top_k']"
