@@ -9,7 +9,7 @@ LOCOMO ?= ../shared/bench/locomo/locomo10.json
 LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
 
-.PHONY: install lock run worker migrate test check fmt openapi bench bench-recall bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
+.PHONY: install lock run worker migrate test check fmt openapi config-doc bench bench-recall bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
 
 # `make run` installs what the service needs and nothing else; the tests add the dev tools.
 # Both at the versions in constraints.txt (what CI tested).
@@ -54,6 +54,9 @@ fmt: install
 
 openapi: install
 	$(BIN)/python -m app.openapi > openapi/openapi.json
+
+config-doc: install  ## docs/configuration.md from app/settings.py (a test compares them)
+	$(BIN)/python -m app.settings_doc > docs/configuration.md
 
 bench: install  ## service levels and LoCoMo retrieval, on a fresh embedded server
 	bash bench/run.sh $(LOCOMO)

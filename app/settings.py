@@ -21,7 +21,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STRATA_", env_file=".env", extra="ignore")
 
     # Stores. None means the embedded stand-in for that store.
-    data_dir: Path = Path("./data")
+    data_dir: Path = Field(
+        default=Path("./data"),
+        description="the embedded mode's files: the SQLite database and the Qdrant Edge shard",
+    )
     database_url: SecretStr | None = Field(
         default=None, description="postgresql+asyncpg://user:pass@host/db; unset: SQLite file"
     )
@@ -39,8 +42,14 @@ class Settings(BaseSettings):
         "statement fails and the request answers 503 database_unavailable, which a client "
         "may retry; 0: no limit. Bounds a request stuck behind a transaction that hangs",
     )
-    qdrant_api_key: SecretStr | None = None
-    collection_prefix: str = "strata"
+    qdrant_api_key: SecretStr | None = Field(
+        default=None, description="the Qdrant server's API key"
+    )
+    collection_prefix: str = Field(
+        default="strata",
+        description="the start of the Qdrant collections' names (two deployments can share "
+        "one server)",
+    )
     auto_migrate: bool = Field(default=True, description="run Alembic migrations at start")
 
     # Access (docs/security.md): API keys with scopes, bound to a tenant and maybe a user.
@@ -59,7 +68,11 @@ class Settings(BaseSettings):
         description="the operator's key: scope admin only, manages the keys of every tenant "
         "(/v1/admin/keys)",
     )
-    default_tenant: str = "default"
+    default_tenant: str = Field(
+        default="default",
+        description="the tenant of an open server's callers, of the legacy key and of the "
+        "admin key",
+    )
     key_cache_seconds: float = Field(
         default=10.0,
         ge=0,
@@ -111,7 +124,9 @@ class Settings(BaseSettings):
     )
 
     # Logs: JSON lines carrying the request id (api) and the job id (worker).
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="the lowest level logged, the access log's included"
+    )
     log_format: Literal["json", "text"] = Field(
         default="json", description="json: one object per line; text: for a terminal"
     )
@@ -136,8 +151,17 @@ class Settings(BaseSettings):
         "one message): a large import is worked off in bounded slices, in turns with every "
         "other session and user, so it neither delays them nor grows memory",
     )
-    worker_lease_seconds: float = Field(default=30.0, gt=0)
-    worker_poll_seconds: float = Field(default=1.0, gt=0)
+    worker_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="how long a worker holds a session it promotes before another may take "
+        "it over (a killed worker's sessions wait this long)",
+    )
+    worker_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="how often an idle worker looks for work when no wake-up arrives",
+    )
     worker_debounce_seconds: float = Field(
         default=0.2,
         ge=0,
@@ -171,7 +195,11 @@ class Settings(BaseSettings):
         description="a worker whose heartbeat is older than this counts as gone: /readyz is "
         "not ready while messages wait to be indexed and no worker is alive",
     )
-    wait_timeout_seconds: float = Field(default=60.0, gt=0)
+    wait_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="the longest `wait=true` before it answers 202 with the watermark reached",
+    )
     wait_poll_seconds: float = Field(
         default=1.0,
         gt=0,
@@ -193,7 +221,9 @@ class Settings(BaseSettings):
     )
 
     # Buffer (L2).
-    buffer_window: int = Field(default=100, ge=1, le=10_000)
+    buffer_window: int = Field(
+        default=100, ge=1, le=10_000, description="the newest messages a session's window keeps"
+    )
     buffer_ttl_seconds: int = Field(
         default=6 * 3600,
         ge=60,
@@ -207,10 +237,18 @@ class Settings(BaseSettings):
     )
 
     # Embeddings.
-    embedder: Literal["use-m3", "openai"] = "use-m3"
-    embedding_url: str | None = None
-    embedding_model: str = "text-embedding-3-small"
-    embedding_dim: int = 1536
+    embedder: Literal["use-m3", "openai"] = Field(
+        default="use-m3",
+        description="use-m3: the bundled multilingual encoder, in the process; openai: an "
+        "OpenAI-compatible embeddings endpoint (`embedding_url`)",
+    )
+    embedding_url: str | None = Field(
+        default=None, description="with `openai`: the endpoint's base URL"
+    )
+    embedding_model: str = Field(
+        default="text-embedding-3-small", description="with `openai`: the model name sent"
+    )
+    embedding_dim: int = Field(default=1536, description="with `openai`: the model's vector size")
     embedding_query_model: str | None = Field(
         default=None,
         description="the model name sent with search queries (default: embedding_model), "
@@ -224,8 +262,12 @@ class Settings(BaseSettings):
         max_length=200,
         description="put before each stored text (a change builds a new collection)",
     )
-    embedding_api_key: SecretStr | None = None
-    embedding_timeout_seconds: float = 30.0
+    embedding_api_key: SecretStr | None = Field(
+        default=None, description="with `openai`: the bearer token sent"
+    )
+    embedding_timeout_seconds: float = Field(
+        default=30.0, description="with `openai`: the time-out of one call"
+    )
     malloc_arena_max: int = Field(
         default=2,
         ge=0,
@@ -284,8 +326,8 @@ class Settings(BaseSettings):
     llm_url: str | None = Field(
         default=None, description="base URL, e.g. https://api.openai.com or http://host:8000/v1"
     )
-    llm_model: str = "gpt-4o-mini"
-    llm_api_key: SecretStr | None = None
+    llm_model: str = Field(default="gpt-4o-mini", description="the chat model name sent")
+    llm_api_key: SecretStr | None = Field(default=None, description="the bearer token sent")
     llm_timeout_seconds: float = Field(default=20.0, gt=0, description="per attempt")
     llm_max_attempts: int = Field(
         default=3, ge=1, le=10, description="attempts per call (429, 5xx, time-outs retried)"
@@ -311,11 +353,21 @@ class Settings(BaseSettings):
     dense_context_turns: int = Field(
         default=1, ge=0, le=4, description="previous turns embedded with each turn"
     )
-    dense_context_weight: float = Field(default=0.5, ge=0, lt=1)
+    dense_context_weight: float = Field(
+        default=0.5,
+        ge=0,
+        lt=1,
+        description="the previous turns' share of each turn's indexed embedding",
+    )
     sparse_context_turns: int = Field(
         default=2, ge=0, le=4, description="previous turns in each turn's term vector"
     )
-    sparse_context_weight: float = Field(default=0.5, ge=0, le=1)
+    sparse_context_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="the previous turns' terms' weight in each turn's term vector",
+    )
     # The turn after each turn, relative to the turn's own share (bench/README.md, "The turn
     # after"): 0 leaves it out. Its terms gain on LoCoMo and cost nothing on the bilingual
     # set; its embedding gained a little more on LoCoMo but lost a cross-language question.
@@ -325,7 +377,13 @@ class Settings(BaseSettings):
     sparse_next_weight: float = Field(
         default=0.25, ge=0, le=1, description="the next turn's terms, per the turn's own"
     )
-    dedupe_threshold: float = Field(default=0.97, gt=0, le=1)
+    dedupe_threshold: float = Field(
+        default=0.97,
+        gt=0,
+        le=1,
+        description="a new turn with the same text as a memory and at least this cosine "
+        "merges into it instead of becoming a memory of its own",
+    )
     promote_retry_base_seconds: float = Field(
         default=1.0,
         gt=0,
@@ -373,12 +431,30 @@ class Settings(BaseSettings):
     )
 
     # Recall scoring (docs/architecture.md §3); defaults from the LoCoMo benchmark.
-    weight_semantic: float = Field(default=0.9, ge=0)
-    weight_recency: float = Field(default=0.05, ge=0)
-    weight_importance: float = Field(default=0.05, ge=0)
-    recency_lambda_per_day: float = Field(default=0.01, ge=0)
-    importance_intrinsic_share: float = Field(default=0.7, ge=0, le=1)
-    rrf_k: int = Field(default=10, ge=1)
+    weight_semantic: float = Field(
+        default=0.9,
+        ge=0,
+        description="a recall's score weight of relevance, when the request gives none "
+        "(the three weights are normalised to sum to 1)",
+    )
+    weight_recency: float = Field(
+        default=0.05,
+        ge=0,
+        description="... of recency, exp(-lambda * days since the memory was last used, "
+        "else created)",
+    )
+    weight_importance: float = Field(default=0.05, ge=0, description="... of importance")
+    recency_lambda_per_day: float = Field(
+        default=0.01, ge=0, description="recency's decay rate per day"
+    )
+    importance_intrinsic_share: float = Field(
+        default=0.7,
+        ge=0,
+        le=1,
+        description="importance: the share of the text's own importance; the rest is how "
+        "often the memory was used",
+    )
+    rrf_k: int = Field(default=10, ge=1, description="the rank fusion's k")
     reinforce_min_relevance: float = Field(
         default=DEFAULT_MIN_RELEVANCE,
         ge=0,
@@ -403,7 +479,7 @@ class Settings(BaseSettings):
         description="RRF weight of the dense list for a candidate in another language than "
         "the query (zh vs en): only the encoder can match it",
     )
-    sparse_weight: float = Field(default=1.0, gt=0)
+    sparse_weight: float = Field(default=1.0, gt=0, description="RRF weight of the sparse list")
     cross_language_relevance: bool = Field(
         default=True,
         description="put the relevance of a memory in another language than the query (zh vs "
@@ -494,7 +570,9 @@ class Settings(BaseSettings):
     )
 
     # Context.
-    tokenizer: Literal["o200k_base", "cl100k_base"] = "o200k_base"
+    tokenizer: Literal["o200k_base", "cl100k_base"] = Field(
+        default="o200k_base", description="what token budgets and counts are measured in"
+    )
     context_shares: dict[str, float] = Field(
         default_factory=lambda: {"recent_messages": 0.5},
         description="per context section, the share of the budget (after the system prompt "
