@@ -368,7 +368,7 @@ class Settings(BaseSettings):
         le=1,
         description="the previous turns' terms' weight in each turn's term vector",
     )
-    # The turn after each turn, relative to the turn's own share (bench/README.md, "The turn
+    # The turn after each turn, relative to the turn's own share (bench/HISTORY.md, "The turn
     # after"): 0 leaves it out. Its terms gain on LoCoMo and cost nothing on the bilingual
     # set; its embedding gained a little more on LoCoMo but lost a cross-language question.
     dense_next_weight: float = Field(

@@ -1,6 +1,6 @@
 """Turning log messages into episodic memories (promotion's chunking policy).
 
-Policy (measured on LoCoMo, see bench/README.md): one memory per turn. Its `content` and
+Policy (measured on LoCoMo, see bench/HISTORY.md): one memory per turn. Its `content` and
 `sources` are that turn alone, so a result never claims messages it does not show; what
 gets *indexed* also carries the turns just before it in the session, because a reply ("yes,
 last Tuesday") is found by what it answers: the dense vector blends in the embedding of

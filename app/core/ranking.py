@@ -3,7 +3,7 @@ candidate, the penalties that put information before filler, and the change mark
 let a newer statement go above the older one it replaces.
 
 Every rule and number here was measured on LoCoMo and the bilingual development set
-(bench/README.md, "Recall trust"; `bench/experiments/recall_grid.py` reproduces them).
+(bench/HISTORY.md, "Recall trust"; `bench/experiments/recall_grid.py` reproduces them).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _LATIN = re.compile(r"[A-Za-z]+")
 # A statement that replaces an earlier one ("I changed the flight to …", 改成…). Not a bare
 # "now": in conversation it is mostly filler ("right now"), and promoting those turns cost
-# LoCoMo R@5 0.016 with no gain on the bilingual set (bench/README.md).
+# LoCoMo R@5 0.016 with no gain on the bilingual set (bench/HISTORY.md).
 _CHANGE = re.compile(
     r"改成|改到|改为|换成|换了|取消|不再|推迟|提前|搬到|退了|"
     r"\b(instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"

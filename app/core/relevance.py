@@ -10,7 +10,7 @@ query" over four features of a candidate, all in [0, 1] or cosines:
 
 The shares are unweighted (no per-user IDF: Qdrant applies that inside the index, and
 keeping per-user document frequencies beside it was not worth it; measured in
-bench/README.md, "Recall trust"). The coefficients were fitted on LoCoMo conversations 0–2
+bench/HISTORY.md, "Recall trust"). The coefficients were fitted on LoCoMo conversations 0–2
 (495 questions, each over its 50 fused candidates) by
 `bench/experiments/recall_grid.py --locomo PATH` (it prints "plain-coverage calibration
 logit" and writes `calibration.weights_plain` to its JSON): refit whenever the encoder, the
@@ -172,7 +172,7 @@ def fitted(weights: dict[str, float]) -> Calibration:
     return Calibration(**weights, shift=PLAIN_COVERAGE.shift, cross=None)
 
 
-# Recall's default `min_relevance` (bench/README.md, "Cross-language relevance": the
+# Recall's default `min_relevance` (bench/HISTORY.md, "Cross-language relevance": the
 # measured table). LoCoMo gives the same figures with no threshold; 0.4 cost LongMemEval_S a
 # question and emptied no more of the bilingual set's no-match questions.
 DEFAULT_MIN_RELEVANCE = 0.25

@@ -96,7 +96,7 @@ class Rewrite:
 @cache
 def _pos_tagger() -> Any:
     """jieba's part-of-speech tagger, imported at its first use: the import reads ~45 MiB of
-    tables (bench/README.md, "Memory at start"), ~3 MiB of which stay (below), and a service
+    tables (bench/HISTORY.md, "Memory at start"), ~3 MiB of which stay (below), and a service
     that never rewrites a Chinese follow-up need hold none. The first such request waits for
     the import once (a few hundred ms on a 2-core machine); the service runs it in a thread
     (`load_tagger`).

@@ -3,7 +3,7 @@
 jieba holds its dictionary as one Python dict of 498,113 strings: the 349,045 words with
 their counts and, at count 0, every prefix of every word, which its DAG scan needs to know
 when to stop looking for a longer word. That dict and its strings take ~60 MiB of every
-process that segments Chinese (bench/README.md, "jieba's dictionary in a trie"), and its
+process that segments Chinese (bench/HISTORY.md, "jieba's dictionary in a trie"), and its
 part-of-speech tagger reads a second dict of every word's tag (~40 MiB). Here the words
 alone go into a MARISA trie (~1.2 MiB), their counts, log-counts and tags into arrays
 indexed by the trie (~5 MiB): the words that start at a position are one common-prefix

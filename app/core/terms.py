@@ -253,7 +253,7 @@ CHINESE_STOPWORDS = frozenset(
         # What the English list drops and a Chinese question shares with most turns:
         # pronouns (I, we, you, myself), question words (who, where, which, why, how, when),
         # have, to, the measure word "a". With 我 kept, "我的牙医叫什么？" matched a third
-        # of its terms in every turn a user wrote (bench/README.md, "Chinese stopwords").
+        # of its terms in every turn a user wrote (bench/HISTORY.md, "Chinese stopwords").
         "我",
         "你",
         "您",

@@ -1,5 +1,5 @@
 """Micro-batching of query embeddings: the queries of concurrent requests share one model
-call (bench/README.md, "Speed at scale").
+call (bench/HISTORY.md, "Speed at scale").
 
 One call to the bundled model costs about the same for one query as for eight (the forward
 pass is dominated by fixed overhead at these lengths), so under load, embedding queries one
@@ -8,7 +8,7 @@ companions (by default none: only for the queries of requests already runnable i
 loop), then goes with whatever has arrived; queries that arrive while a call runs form the
 next call, so the wait only matters to the first query of an idle service, and there a
 wait of 1 ms cost a sequential caller ~1 ms per recall and gained nothing with 8 clients
-(bench/README.md, "Side by side with Mem0").
+(bench/HISTORY.md, "Side by side with Mem0").
 """
 
 from __future__ import annotations

@@ -436,7 +436,7 @@ class TextFacts:
     """What scoring needs of a memory's text, none of it depending on the query or a setting.
 
     `terms` are a packed array of distinct ids, not a frozenset of Python ints: ~0.7 kB an
-    entry against ~2.4 kB (bench/README.md, "scoring's text cache"); `relevance.coverage`
+    entry against ~2.4 kB (bench/HISTORY.md, "scoring's text cache"); `relevance.coverage`
     intersects the query's term set with them."""
 
     terms: array[int]  # the index terms of the content ("speaker: text")

@@ -4,7 +4,7 @@ Its calls are synchronous and hold the GIL: writes run in a worker thread, and a
 search on the event loop's thread when the shard is free (`_search`). Flags are stored as
 integers: Edge 0.9 matched nothing on a boolean `MatchValue(True)`.
 
-An index that stays fast as a user's history grows (bench/README.md, "Speed at scale"):
+An index that stays fast as a user's history grows (bench/HISTORY.md, "Speed at scale"):
 without an HNSW graph every search is brute force (dense p50 ~17 ms at 100k points here,
 against ~4 ms with the graph), but Edge's `optimize()` holds the shard and the GIL for the
 whole build (~4 minutes at 100k): every request of the process would wait. So the graph is
@@ -207,7 +207,7 @@ class QdrantEdgeIndex:
     async def _search(self, fn: Callable[[], T]) -> T:
         """A search, on the event loop's own thread when the shard is free: Edge's dense
         search holds the GIL for its whole length, so a thread frees the loop for nothing
-        while it runs, and the hop there and back costs ~0.15-0.5 ms here (bench/README.md,
+        while it runs, and the hop there and back costs ~0.15-0.5 ms here (bench/HISTORY.md,
         "A recall's search without a thread hop"). While a write or a graph swap holds the
         shard, it waits in a thread as before: the loop never blocks on the lock; so does
         one that must first count the terms again (~1 s at 100k points, after a failed
@@ -917,7 +917,7 @@ def patched_payload(payload: MemoryPayload, patch: PayloadPatch) -> MemoryPayloa
 
 
 def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
-    """How a shard holds its points (bench/README.md, "Memory of the index").
+    """How a shard holds its points (bench/HISTORY.md, "Memory of the index").
 
     The `turn` vector is compared by id, never searched for neighbours: float16 (its
     cosines within ~1e-3 of float32's) with no HNSW graph, ~1 kB less per memory and a
@@ -974,7 +974,7 @@ def _load_with_layout(qe: Any, path: Path, dim: int) -> Any:
 def _load_trimmed(path: Path) -> Any:
     """Load a shard and give back the heap the load freed: replaying a shard's write-ahead
     log allocates ~33 MiB a dense vector (two here) and frees it, and glibc kept it all
-    (bench/README.md, "The heap a shard's load leaves"). `malloc_trim` releases the GIL."""
+    (bench/HISTORY.md, "The heap a shard's load leaves"). `malloc_trim` releases the GIL."""
     import qdrant_edge as qe
 
     shard = qe.EdgeShard.load(str(path))

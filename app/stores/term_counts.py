@@ -2,7 +2,7 @@
 
 Qdrant can weigh a sparse query by IDF over a filtered corpus (`IdfParams(corpus=user)`),
 but it counts that corpus anew on every search: ~5.7 of a 5.8 ms search at 100k memories
-(bench/README.md, "Where a recall's time goes at 100k"). The embedded index is its shard's
+(bench/HISTORY.md, "Where a recall's time goes at 100k"). The embedded index is its shard's
 only writer, so it keeps the counts itself, in step with every write under the shard's
 lock, and weighs the query's terms before the search; its sparse vector carries no IDF
 modifier. The weights are Qdrant's own, so the scores and the ranking are the same:

@@ -43,7 +43,7 @@ KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "
 SCHEMA_VERSION = 4
 # `valid_to`: every recall filters on it (`must_not valid_to <= valid_at`). Unindexed, each
 # candidate the search visits reads its payload for it: 3.5-5 ms of a 1k-10k memory recall's
-# index query, 0.5-1 ms with the index (bench/README.md, "Less CPU per recall"); the same
+# index query, 0.5-1 ms with the index (bench/HISTORY.md, "Less CPU per recall"); the same
 # points pass the filter either way.
 FLOAT_FIELDS = ("created_at", "valid_to")
 

@@ -333,7 +333,7 @@ async def test_the_heap_a_shard_load_frees_is_given_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Replaying a shard's write-ahead log at load allocates and frees ~33 MiB a dense
-    vector, which glibc keeps (157 MiB at 100k memories, bench/README.md): the index trims
+    vector, which glibc keeps (157 MiB at 100k memories, bench/HISTORY.md): the index trims
     after opening a shard and after swapping a built copy in."""
     from app import malloc
 

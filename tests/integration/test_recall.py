@@ -203,7 +203,7 @@ async def test_the_readme_example_finds_the_fact_first(
         found = await recall(running, user, query)
         assert found[0]["content"] == "user: I moved to Lisbon last May.", query
     # Never mentioned: in three turns every cosine is at the encoder's noise level. Before
-    # the cross-language level was set (bench/README.md, "Chinese stopwords and the
+    # the cross-language level was set (bench/HISTORY.md, "Chinese stopwords and the
     # cross-language level"), the English question returned the Chinese reply at 0.37, and
     # the Chinese one matched it by 我 at 0.68. Now 0.14 and 0.21: the margin is thin, and a
     # change of encoder or calibration that flips this should be looked at, not relaxed.
