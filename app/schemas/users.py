@@ -51,8 +51,8 @@ class PurgedFromDisk(BaseModel):
 
     database: bool = Field(
         default=False,
-        description="SQLite (embedded): deleted rows overwritten with zeros and its "
-        "write-ahead log emptied; PostgreSQL: false, dead rows stay in its files until "
+        description="SQLite (embedded): the file rebuilt from its live rows (VACUUM) and "
+        "its write-ahead log emptied; PostgreSQL: false, dead rows stay in its files until "
         "their space is reused",
     )
     index: bool = Field(

@@ -65,19 +65,22 @@ async def test_an_erased_users_text_and_ids_leave_every_file_of_the_embedded_sto
     sessions = [f"sess-{tag}-a", f"sess-{tag}-b"]
     marker, kept = f"ZQMARK{tag}", f"KEEPME{tag}"
     async with start_app(embedded_settings(tmp_path)) as running:
-        await post_messages(
-            running, f"other-{tag}", other, [turn(f"I keep my garden {kept} tidy.", id="k1")]
-        )
-        half = MESSAGES // 2
-        for n, session in enumerate(sessions):
+        # The bystander writes between the user's batches: pages of SQLite's tables and
+        # indexes hold both, and outlive the erasure (a page split leaves copies of moved
+        # rows in its free space, which zeroing deleted rows does not reach).
+        step = MESSAGES // 8
+        for start in range(0, MESSAGES, step):
+            session = sessions[start * len(sessions) // MESSAGES]
             turns = [
                 turn(
                     f"Note {i}: my locker code is {marker}x{i:04d}, remember it.",
                     id=f"mid-{tag}-{i}",
                 )
-                for i in range(n * half, (n + 1) * half)
+                for i in range(start, start + step)
             ]
             await post_messages(running, session, user, turns)
+            mine = [turn(f"I keep my garden {kept} tidy, day {start + k}.") for k in range(step)]
+            await post_messages(running, f"other-{tag}", other, mine)
         scratch = await running.client.put(
             f"/v1/sessions/{sessions[0]}/scratchpad",
             json={"user_id": user, "data": {"todo": f"{marker} scratch"}},
