@@ -39,6 +39,7 @@ from app.api import docs as api_docs
 from app.api import errors as api_errors
 from app.api.limits import BodyLimitMiddleware
 from app.core.clock import Clock
+from app.datalock import DataDirLock
 from app.metrics import Metrics, RequestMetrics
 from app.resources import Resources
 from app.settings import Settings, refuse_unworkable
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         logs.configure(settings.log_level, settings.log_format)
         async with (
+            DataDirLock(settings, "the api"),  # no `strata import` beside it (app/datalock.py)
             open_container(settings, clock=clock) as container,
             mcp_endpoint.server.session_manager.run(),
         ):
