@@ -9,7 +9,7 @@ LOCOMO ?= ../shared/bench/locomo/locomo10.json
 LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
 
-.PHONY: install lock run worker migrate test check fmt openapi config-doc bench bench-recall bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
+.PHONY: install lock run worker migrate test check fmt openapi config-doc bench bench-recall bench-everyday bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
 
 # `make run` installs what the service needs and nothing else; the tests add the dev tools.
 # Both at the versions in constraints.txt (what CI tested).
@@ -63,6 +63,9 @@ bench: install  ## service levels and LoCoMo retrieval, on a fresh embedded serv
 
 bench-recall: install  ## the bilingual development set and LongMemEval_S (100 questions)
 	SUITES="bilingual longmemeval" LONGMEMEVAL=$(LONGMEMEVAL) bash bench/run.sh
+
+bench-everyday: install  ## everyday questions and the held-out bilingual set (issue 40), each on a fresh embedded server
+	SUITES="everyday" bash bench/run.sh
 
 # Mem0 lives in a venv of its own, never in the project's dependencies.
 MEM0_VENV ?= .bench-venvs/mem0

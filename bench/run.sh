@@ -6,7 +6,8 @@
 #
 # SUITES picks what runs (default "latency locomo"): latency, locomo, bilingual (the
 # development set in bench/data/), longmemeval (LONGMEMEVAL=path/to/longmemeval_s*.json.xz),
-# userdata (export and erasure of a large user, docs/privacy.md; USERDATA_ARGS=...).
+# userdata (export and erasure of a large user, docs/privacy.md; USERDATA_ARGS=...),
+# everyday (bench/data/everyday.json, then the held-out bench/data/bilingual_dev2.json; issue 40).
 #
 # Each benchmark gets its own server process on a free 127.0.0.1 port with a fresh temporary
 # data dir, so one benchmark's data and warm caches never colour the other's. Results (JSON, the
@@ -110,6 +111,20 @@ if [[ "$SUITES" == *" bilingual "* ]]; then
     "$PY" bench/bilingual.py --url "http://127.0.0.1:$PORT" \
         --out "$RESULTS/bilingual-$STAMP.json" ${BILINGUAL_ARGS:-} |
         tee "$RESULTS/bilingual-$STAMP.txt" || status=1
+    stop_server
+fi
+
+if [[ "$SUITES" == *" everyday "* ]]; then
+    start_server everyday
+    # shellcheck disable=SC2086
+    "$PY" bench/everyday.py --url "http://127.0.0.1:$PORT" \
+        --out "$RESULTS/everyday-$STAMP.json" ${EVERYDAY_ARGS:-} |
+        tee "$RESULTS/everyday-$STAMP.txt" || status=1
+    stop_server
+    start_server bilingual-dev2
+    "$PY" bench/bilingual.py --url "http://127.0.0.1:$PORT" --data bench/data/bilingual_dev2.json \
+        --out "$RESULTS/bilingual-dev2-$STAMP.json" |
+        tee "$RESULTS/bilingual-dev2-$STAMP.txt" || status=1
     stop_server
 fi
 
