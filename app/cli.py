@@ -44,6 +44,7 @@ cli = typer.Typer(
     help="Strata, long-term memory for AI agents.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode="markdown",  # docstrings' paragraphs are reflowed to the terminal
 )
 
 
@@ -173,7 +174,9 @@ def _fail(
 def import_(
     file: Annotated[
         Path,
-        typer.Argument(exists=True, dir_okay=False, readable=True, help="the file to import"),
+        typer.Argument(
+            exists=True, dir_okay=False, readable=True, metavar="FILE", help="the file to import"
+        ),
     ],
     user: UserOption,
     session: Annotated[
@@ -326,8 +329,11 @@ def export(
     key: KeyOption = None,
     tenant: TenantOption = None,
 ) -> None:
-    """Write everything held about USER (sessions and messages, memories, summaries,
-    graph) to one JSON document: the format `strata import --format strata` reads."""
+    """Write everything held about USER to one JSON document.
+
+    Sessions with their messages, memories, summaries and the graph: the document
+    `strata import --format strata` reads. It is written to FILE.part, then renamed.
+    """
     target = output or Path(f"{user}.json")
     partial = target.with_name(target.name + ".part")
     started = time.monotonic()
@@ -523,9 +529,12 @@ def reindex(
     key: KeyOption = None,
     tenant: TenantOption = None,
 ) -> None:
-    """Rebuild the index points of the memories from the database (the maintenance task
-    `reindex`): after a change of embedding model, or an index restored from an older
-    backup. Over HTTP it runs as a job of the service's worker and waits for its result."""
+    """Rebuild the memories' index points from the database.
+
+    The maintenance task `reindex`: after a change of embedding model, or an index restored
+    from an older backup. Over HTTP it runs as a job of the service's worker, and the
+    command waits for its result.
+    """
     started = time.monotonic()
     with err.status("reindexing"):
         result = _run("reindex", lambda b: b.reindex(user, dry_run), url, key, tenant)

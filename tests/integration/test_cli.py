@@ -215,3 +215,20 @@ def test_a_file_not_in_the_format_is_refused_before_anything_opens(
     assert result.exit_code == 1
     assert "not a JSON document" in result.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_keys_and_reindex_on_the_data_directory(tmp_path: Path) -> None:
+    env = _runner_env(tmp_path / "data")
+    made = CliRunner().invoke(cli, ["keys", "create", "--tenant", "acme", "--name", "ci"], env=env)
+    assert made.exit_code == 0, made.output
+    token = made.stdout.strip()
+    assert token.startswith("sk_strata_")
+    assert "Keep it now" in made.stderr
+
+    listed = CliRunner().invoke(cli, ["keys", "list", "--tenant", "acme"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert token.split("_")[2][:8] in listed.stdout
+
+    rebuilt = CliRunner().invoke(cli, ["reindex", "--dry-run"], env=env)
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "would rebuild 0 memories' points" in rebuilt.stdout
