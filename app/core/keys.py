@@ -12,8 +12,11 @@ never share a key either. Pure functions, no I/O.
 Names that keep their earlier form, because each is already unambiguous and changing it
 would rename data that exists:
 - memory ids (`app.core.chunking.memory_id`): uuid5 of `tenant \\x1f session \\x1f
-  incarnation \\x1f seq`; only the tenant may hold `\\x1f` (session ids, creation times and
-  numbers cannot), so the name splits one way from the right;
+  incarnation \\x1f seq`; only the tenant may hold `\\x1f` (session ids, incarnations and
+  numbers cannot), so the name splits one way from the right. The incarnation
+  (`app.stores.models.incarnation`) is the session's creation time and, for sessions made
+  since sessions are the user's, the user's id escaped by `part`: two users' sessions of
+  one id never name one memory, and older sessions' memories keep their ids;
 - summary ids and summary job keys (`app.core.periods`): the user id, level and period
   after the tenant contain no `/`, and the level and day no `:` or `@`.
 """

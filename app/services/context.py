@@ -306,7 +306,9 @@ class ContextService:
             )
         else:  # a replay: the session as it stood then, from the log (the scratchpad has
             # no history, so a replay shows none)
-            recent = await self.ingest.recent_until(tenant_id, session.id, body.as_of, self.window)
+            recent = await self.ingest.recent_until(
+                tenant_id, session.user_id, session.id, body.as_of, self.window
+            )
 
         last_user = next(
             (i for i in range(len(recent) - 1, -1, -1) if recent[i].role == "user"), None
@@ -314,7 +316,9 @@ class ContextService:
         if last_user is None and recent and recent[0].seq > 1:
             # The user spoke before the window (a long run of tool and assistant turns):
             # the last user message is still owed verbatim, ahead of the window.
-            earlier = await self.ingest.last_user_message(tenant_id, session.id, body.as_of)
+            earlier = await self.ingest.last_user_message(
+                tenant_id, session.user_id, session.id, body.as_of
+            )
             if earlier is not None:
                 recent = [earlier, *recent]
                 last_user = 0

@@ -130,14 +130,14 @@ class FactExtractor:
         }
 
     async def _batch(self, tenant_id: str, payload: dict[str, Any]) -> _Batch | None:
-        session_id = str(payload["session_id"])
+        session_id, user_id = str(payload["session_id"]), str(payload["user_id"])
         from_seq, to_seq = int(payload["from_seq"]), int(payload["to_seq"])
         async with self.db.read() as tx:
-            session = await session_store.get(tx, tenant_id, session_id)
-            if session is None or session.created_at.isoformat() != payload["incarnation"]:
+            session = await session_store.get(tx, tenant_id, user_id, session_id)
+            if session is None or session.incarnation != payload["incarnation"]:
                 return None
             rows = await message_store.seq_range(
-                tx, tenant_id, session_id, after_seq=from_seq, upto_seq=to_seq
+                tx, tenant_id, user_id, session_id, after_seq=from_seq, upto_seq=to_seq
             )
         messages = [
             facts.BatchMessage(

@@ -129,6 +129,8 @@ class IngestService:
         """Create or update; returns (session, created)."""
         now = datetime.now(UTC)
         async with self.db.transaction() as tx:
+            # The user's own session of this id: another user's of the same id is another
+            # session (docs/security.md), so nothing here tells whether it exists.
             row, created = await session_store.create_or_lock(
                 tx,
                 tenant_id=tenant_id,
@@ -138,9 +140,6 @@ class IngestService:
                 metadata=body.metadata,
                 now=now,
             )
-            if row.user_id != body.user_id:
-                # Like every other route: another user's session is not revealed to exist.
-                raise SessionNotFound(session_id)
             await writable(tx, tenant_id, body.user_id, now)
             if created:
                 return session_out(row), True
@@ -149,7 +148,7 @@ class IngestService:
                 changes["system_prompt"] = body.system_prompt
             if "metadata" in body.model_fields_set:
                 changes["metadata_"] = body.metadata
-            row = await session_store.update(tx, tenant_id, session_id, changes, now)
+            row = await session_store.update(tx, tenant_id, body.user_id, session_id, changes, now)
             return session_out(row), False
 
     async def get_session(
@@ -169,8 +168,8 @@ class IngestService:
     async def _owned(
         tx: Any, tenant_id: str, session_id: str, user_id: str, *, lock: bool = False
     ) -> Session:
-        row = await session_store.get(tx, tenant_id, session_id, for_update=lock)
-        if row is None or row.user_id != user_id:
+        row = await session_store.get(tx, tenant_id, user_id, session_id, for_update=lock)
+        if row is None:
             raise SessionNotFound(session_id)
         return row
 
@@ -184,8 +183,8 @@ class IngestService:
             plan = await self._detach_memories(tx, tenant_id, user_id, session_id, now)
             summaries = await self._detach_summaries(tx, tenant_id, user_id, session_id)
             await self._detach_graph(tx, tenant_id, user_id, session_id)
-            count = await message_store.delete_session(tx, tenant_id, session_id)
-            await session_store.delete(tx, tenant_id, session_id)
+            count = await message_store.delete_session(tx, tenant_id, user_id, session_id)
+            await session_store.delete(tx, tenant_id, user_id, session_id)
             # The index follows the canonical rows inside the transaction: if Qdrant is down,
             # nothing is deleted and the caller may retry.
             await self.vectors.set_payload(_index_changes(plan))
@@ -208,7 +207,7 @@ class IngestService:
     ) -> list[Summary]:
         """Delete the rows of the summaries citing the session (`plan_summaries`): only
         the user's summaries over the span of its messages can."""
-        span = await summary_store.session_span(tx, tenant_id, session_id)
+        span = await summary_store.session_span(tx, tenant_id, user_id, session_id)
         if span is None:
             return []
         candidates = await summary_store.lock_covering(tx, tenant_id, user_id, *span)
@@ -299,12 +298,12 @@ class IngestService:
         (`_NothingNew` rolls the transaction back instead).
 
         A known session takes one statement (`reserve_seqs`: lock, ownership, advance by
-        the whole batch); a new one, or another user's, takes `create_or_lock`. When some
+        the whole batch); a new one takes `create_or_lock`. When some
         messages turn out to be stored already, the advance is corrected to what was
         written, so `last_seq` never skips a number.
         """
         n = len(body.messages)
-        base = await session_store.reserve_seqs(tx, tenant_id, session_id, body.user_id, n, now)
+        base = await session_store.reserve_seqs(tx, tenant_id, body.user_id, session_id, n, now)
         reserved = base is not None
         if base is None:
             session, _ = await session_store.create_or_lock(
@@ -316,8 +315,6 @@ class IngestService:
                 metadata={},
                 now=now,
             )
-            if session.user_id != body.user_id:
-                raise SessionNotFound(session_id)
             base = session.last_seq
         # After the session's lock, as the erasure takes them: no deadlock between them.
         await writable(tx, tenant_id, body.user_id, now)
@@ -329,7 +326,9 @@ class IngestService:
         seen = (
             set()
             if one
-            else await message_store.existing_client_ids(tx, tenant_id, session_id, client_ids)
+            else await message_store.existing_client_ids(
+                tx, tenant_id, body.user_id, session_id, client_ids
+            )
         )
         rows: list[dict[str, Any]] = []
         seq = base
@@ -361,7 +360,7 @@ class IngestService:
         else:
             await message_store.insert_many(tx, rows)
         if not reserved or len(rows) != n:
-            await session_store.advance_last_seq(tx, tenant_id, session_id, seq, now)
+            await session_store.advance_last_seq(tx, tenant_id, body.user_id, session_id, seq, now)
         return rows
 
     async def _after_commit(
@@ -420,7 +419,7 @@ class IngestService:
         with self.signals.watch(tenant_id, user_id, session_id) as watch:
             while True:
                 async with self.db.read() as tx:
-                    indexed = await session_store.indexed_seq(tx, tenant_id, session_id)
+                    indexed = await session_store.indexed_seq(tx, tenant_id, user_id, session_id)
                 left = deadline - time.monotonic()
                 if indexed is None or indexed >= target or left <= 0:
                     return indexed or 0
@@ -453,7 +452,7 @@ class IngestService:
         async with self.db.read() as tx:
             await self._owned(tx, tenant_id, session_id, user_id)
             rows = await message_store.page(
-                tx, tenant_id, session_id, before_seq=before_seq, limit=limit + 1
+                tx, tenant_id, user_id, session_id, before_seq=before_seq, limit=limit + 1
             )
         more = len(rows) > limit
         rows = rows[1:] if more else rows
@@ -463,18 +462,22 @@ class IngestService:
         )
 
     async def recent_until(
-        self, tenant_id: str, session_id: str, until: datetime, n: int
+        self, tenant_id: str, user_id: str, session_id: str, until: datetime, n: int
     ) -> list[MessageOut]:
         """The newest `n` messages created at or before `until`, from the log (replays)."""
         async with self.db.read() as tx:
-            rows = await message_store.page(tx, tenant_id, session_id, until=until, limit=n)
+            rows = await message_store.page(
+                tx, tenant_id, user_id, session_id, until=until, limit=n
+            )
         return [message_out(r) for r in rows]
 
     async def last_user_message(
-        self, tenant_id: str, session_id: str, until: datetime | None
+        self, tenant_id: str, user_id: str, session_id: str, until: datetime | None
     ) -> MessageOut | None:
         async with self.db.read() as tx:
-            row = await message_store.last_of_role(tx, tenant_id, session_id, "user", until=until)
+            row = await message_store.last_of_role(
+                tx, tenant_id, user_id, session_id, "user", until=until
+            )
         return message_out(row) if row is not None else None
 
     async def recent(self, tenant_id: str, session: SessionOut, n: int) -> list[MessageOut]:
@@ -497,7 +500,12 @@ class IngestService:
             return [MessageOut.model_validate(m) for m in window]
         async with self.db.read() as tx:
             rows = await message_store.page(
-                tx, tenant_id, session.id, before_seq=None, limit=self.settings.buffer_window
+                tx,
+                tenant_id,
+                session.user_id,
+                session.id,
+                before_seq=None,
+                limit=self.settings.buffer_window,
             )
         entries = [buffer_entry(r) for r in rows]
         if window is not None:

@@ -144,8 +144,8 @@ class MemoryService:
         }
         async with self.db.transaction() as tx:
             if body.session_id is not None:
-                session = await session_store.get(tx, tenant_id, body.session_id)
-                if session is None or session.user_id != body.user_id:
+                session = await session_store.get(tx, tenant_id, body.user_id, body.session_id)
+                if session is None:
                     raise SessionNotFound(body.session_id)
             await writable(tx, tenant_id, body.user_id, now)
             row = await memory_store.insert(tx, values)

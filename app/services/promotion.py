@@ -243,6 +243,7 @@ class Promoter:
                 rows = await message_store.seq_range(
                     tx,
                     claim.tenant_id,
+                    claim.user_id,
                     claim.session_id,
                     after_seq=upto,
                     upto_seq=min(claim.last_seq, upto + self.settings.worker_batch_messages),
@@ -282,6 +283,7 @@ class Promoter:
             await session_store.release_lease(
                 tx,
                 tenant_id=claim.tenant_id,
+                user_id=claim.user_id,
                 session_id=claim.session_id,
                 owner=self.owner,
                 retry_at=retry_at,
@@ -315,6 +317,7 @@ class Promoter:
             rows = await message_store.seq_range(
                 tx,
                 claim.tenant_id,
+                claim.user_id,
                 claim.session_id,
                 # With the next turn on, the turn before the slice is re-planned: its own
                 # context too.
@@ -361,9 +364,12 @@ class Promoter:
         live one's point rebuilt with its next turn, the slice's first. None when that turn
         has no memory of its own (merged into another) or a caller rewrote it (its entry is
         its content alone)."""
-        key = (claim.tenant_id, claim.session_id)
+        key = (claim.tenant_id, claim.user_id, claim.session_id)
         done = [m for m in messages if m.seq <= cursor and m.role in INDEXED_ROLES]
-        ids = {memory_id(*key, claim.incarnation, m.seq): m.seq for m in done}
+        ids = {
+            memory_id(claim.tenant_id, claim.session_id, claim.incarnation, m.seq): m.seq
+            for m in done
+        }
         found = await memory_store.get_many(tx, claim.tenant_id, list(ids), user_id=claim.user_id)
         rows = {ids[r.id]: r for r in found}
         deleted = {seq for seq, r in rows.items() if r.deleted_at is not None}
@@ -557,6 +563,7 @@ class Promoter:
         if not await session_store.advance_watermark(
             tx,
             tenant_id=claim.tenant_id,
+            user_id=claim.user_id,
             session_id=claim.session_id,
             owner=self.owner,
             from_seq=from_seq,
@@ -709,8 +716,8 @@ class Promoter:
         too, or recall would keep returning what the caller erased. (When another worker
         took the lease instead, it writes these same ids, so they stay.)"""
         async with self.db.read() as tx:
-            session = await session_store.get(tx, claim.tenant_id, claim.session_id)
-        if session is None or session.created_at.isoformat() != claim.incarnation:
+            session = await session_store.get(tx, claim.tenant_id, claim.user_id, claim.session_id)
+        if session is None or session.incarnation != claim.incarnation:
             await self.vectors.delete(ids)
 
 

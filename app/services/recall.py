@@ -89,8 +89,8 @@ class RecallService:
         start = time.perf_counter()
         if body.session_id is not None:
             async with self.db.read() as tx:
-                session = await session_store.get(tx, tenant_id, body.session_id)
-            if session is None or session.user_id != body.user_id:
+                session = await session_store.get(tx, tenant_id, body.user_id, body.session_id)
+            if session is None:
                 raise SessionNotFound(body.session_id)
         found = await self.search(SearchSpec.from_request(tenant_id, body))
         if body.reinforce and body.as_of is None and found.used:  # a replay changes nothing

@@ -154,10 +154,10 @@ class Reindexer:
                 seq, session_id = source.get("seq"), source.get("session_id")
                 if not isinstance(seq, int) or not session_id:
                     continue
-                session = await session_store.get(tx, gone.tenant_id, str(session_id))
+                session = await session_store.get(tx, gone.tenant_id, gone.user_id, str(session_id))
                 if session is None:
                     continue
-                incarnation = session.created_at.isoformat()
+                incarnation = session.incarnation
                 # The turns after it (it was their context) and before it (it was the
                 # next turn of the nearest one).
                 near = [*range(1, lookback + 1), *range(-ahead, 0)]
@@ -203,38 +203,38 @@ class Reindexer:
         """Each memory's chunk: with its turn's context where its turn is in the log."""
         lookback = context_lookback(self.settings)
         ahead = context_lookahead(self.settings)
-        wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
+        wanted: dict[SessionKey, set[int]] = defaultdict(set)
         for row in rows:
             for source in row.sources:
                 if source.get("session_id") and isinstance(source.get("seq"), int):
-                    wanted[(row.tenant_id, str(source["session_id"]))].add(source["seq"])
-        logs: dict[tuple[str, str], dict[int, LogMessage]] = {}
-        incarnations: dict[tuple[str, str], str] = {}
+                    wanted[_key(row, source)].add(source["seq"])
+        logs: dict[SessionKey, dict[int, LogMessage]] = {}
+        incarnations: dict[SessionKey, str] = {}
         async with self.db.read() as tx:
-            for (tenant_id, session_id), seqs in wanted.items():
-                session = await session_store.get(tx, tenant_id, session_id)
+            for key, seqs in wanted.items():
+                session = await session_store.get(tx, *key)
                 if session is None:
                     continue
-                incarnations[(tenant_id, session_id)] = session.created_at.isoformat()
+                incarnations[key] = session.incarnation
                 spans = [(max(0, s - lookback - 1), s + ahead) for s in sorted(seqs)]
-                found = await message_store.windows(tx, tenant_id, session_id, spans)
-                logs[(tenant_id, session_id)] = {m.seq: log_message(m) for m in found}
+                found = await message_store.windows(tx, *key, spans)
+                logs[key] = {m.seq: log_message(m) for m in found}
             await self._drop_deleted_turns(tx, logs, incarnations, {r.id for r in rows})
         return [self.plan_one(row, logs, incarnations) for row in rows]
 
     @staticmethod
     async def _drop_deleted_turns(
         tx: AsyncSession,
-        logs: dict[tuple[str, str], dict[int, LogMessage]],
-        incarnations: dict[tuple[str, str], str],
+        logs: dict[SessionKey, dict[int, LogMessage]],
+        incarnations: dict[SessionKey, str],
         rebuilding: set[uuid.UUID],
     ) -> None:
         """A turn whose memory was deleted (or forgotten) is no context for its neighbours:
         its words must not keep finding them. The log keeps the message; the index forgets."""
-        turn_of: dict[uuid.UUID, tuple[tuple[str, str], int]] = {}
+        turn_of: dict[uuid.UUID, tuple[SessionKey, int]] = {}
         for key, messages in logs.items():
             for seq in messages:
-                turn_of[memory_id(*key, incarnations[key], seq)] = (key, seq)
+                turn_of[memory_id(key[0], key[2], incarnations[key], seq)] = (key, seq)
         ids = [(key[0], i) for i, (key, _) in turn_of.items() if i not in rebuilding]
         for row in await _get_many(tx, ids):
             if row.deleted_at is not None:
@@ -244,22 +244,22 @@ class Reindexer:
     def plan_one(
         self,
         row: Memory,
-        logs: dict[tuple[str, str], dict[int, LogMessage]],
-        incarnations: dict[tuple[str, str], str],
+        logs: dict[SessionKey, dict[int, LogMessage]],
+        incarnations: dict[SessionKey, str],
     ) -> PointPlan:
         """A memory's chunk from the log around the turn it came from (`logs`: seq → message
-        by (tenant, session), deleted turns left out). Promotion plans the turn before its
+        by (tenant, user, session), deleted turns left out). Promotion plans the turn before its
         slice with it too, from the messages it read."""
-        in_log: list[tuple[bool, str, int]] = []  # (is the turn it came from, session, seq)
+        in_log: list[tuple[bool, SessionKey, int]] = []  # (is the turn it came from, …)
         for source in row.sources:
-            key = (row.tenant_id, str(source.get("session_id")))
+            key = _key(row, source)
             seq = source.get("seq")
             if key in logs and isinstance(seq, int) and seq in logs[key]:
-                own = memory_id(*key, incarnations[key], seq) == row.id
-                in_log.append((own, key[1], seq))
+                own = memory_id(key[0], key[2], incarnations[key], seq) == row.id
+                in_log.append((own, key, seq))
         in_log.sort(key=lambda s: not s[0])  # the turn it came from first, then sources' order
-        for own, session_id, seq in in_log[:1]:
-            messages = logs[(row.tenant_id, session_id)]
+        for own, key, seq in in_log[:1]:
+            messages = logs[key]
             turn = messages[seq]
             if own and turn.line != row.content:
                 break  # a caller rewrote it: embedded from its content, as `update` does
@@ -270,7 +270,7 @@ class Reindexer:
             following = [messages[s] for s in range(seq + 1, seq + ahead + 1) if s in messages]
             chunks = chunk_turns(
                 row.tenant_id,
-                incarnations[(row.tenant_id, session_id)],
+                incarnations[key],
                 context,
                 [turn],
                 dense_context=self.settings.dense_context_turns,
@@ -282,6 +282,15 @@ class Reindexer:
             for chunk in chunks:  # one, unless the turn's role is not an indexed one
                 return PointPlan(row, replace(chunk, id=row.id, content=row.content), chunk.role)
         return PointPlan(row, _own_chunk(row), None)
+
+
+# A session as its memories' sources name it: (tenant, user, session id); the user is the
+# memory's own, whose sessions its sources are.
+SessionKey = tuple[str, str, str]
+
+
+def _key(row: Memory, source: dict[str, Any]) -> SessionKey:
+    return (row.tenant_id, row.user_id, str(source.get("session_id")))
 
 
 async def _get_many(tx: AsyncSession, keys: list[tuple[str, uuid.UUID]]) -> list[Memory]:

@@ -195,12 +195,14 @@ class UserSections:
                 return
             after = rows[-1].id
 
-    async def _messages(self, tenant_id: str, session_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def _messages(
+        self, tenant_id: str, user_id: str, session_id: str
+    ) -> AsyncIterator[dict[str, Any]]:
         after = 0
         while True:
             async with self.db.read() as tx:
                 rows = await user_store.messages_page(
-                    tx, tenant_id, session_id, after_seq=after, limit=self.page
+                    tx, tenant_id, user_id, session_id, after_seq=after, limit=self.page
                 )
             for row in rows:
                 yield _message(row)
@@ -215,7 +217,7 @@ class UserSections:
             # The head's closing brace gives way to the streamed `messages` array.
             yield (b"" if first else b",") + _dumps(_session_head(row))[:-1] + b',"messages":'
             first = False
-            async for chunk in _array(self._messages(tenant_id, row.id)):
+            async for chunk in _array(self._messages(tenant_id, user_id, row.id)):
                 yield chunk
             yield b"}"
         yield b"]"
@@ -517,7 +519,7 @@ class ErasureService:
                 return False
             # Redis first: if it is down the batch rolls back and the job retries.
             keys = await self.buffer.drop_sessions(tenant_id, user_id, ids)
-            messages, sessions = await user_store.delete_sessions(tx, tenant_id, ids)
+            messages, sessions = await user_store.delete_sessions(tx, tenant_id, user_id, ids)
             await user_store.add_erased(
                 tx,
                 tenant_id,

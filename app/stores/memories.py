@@ -291,9 +291,12 @@ async def events_page(
     return list((await tx.execute(stmt)).scalars().all())
 
 
-async def of_session(tx: AsyncSession, tenant_id: str, session_id: str) -> list[Memory]:
+async def of_session(
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str
+) -> list[Memory]:
     stmt = sa.select(Memory).where(
         Memory.tenant_id == tenant_id,
+        Memory.user_id == user_id,
         Memory.session_id == session_id,
         Memory.deleted_at.is_(None),
     )

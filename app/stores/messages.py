@@ -1,4 +1,5 @@
-"""Queries on the message log: the durable record of every accepted message."""
+"""Queries on the message log: the durable record of every accepted message. A session's
+messages are named by (tenant, user, session id), as the session is."""
 
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ _SPANS = 200  # seq spans OR-ed in one query
 
 
 async def existing_client_ids(
-    tx: AsyncSession, tenant_id: str, session_id: str, client_ids: Sequence[str]
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, client_ids: Sequence[str]
 ) -> set[str]:
     if not client_ids:
         return set()
     found: set[str] = set()
     for start in range(0, len(client_ids), _INSERT_CHUNK):
         chunk = client_ids[start : start + _INSERT_CHUNK]
-        params = {"p_tenant": tenant_id, "p_session": session_id, "p_ids": chunk}
+        params = {"p_tenant": tenant_id, "p_user": user_id, "p_session": session_id, "p_ids": chunk}
         result = await tx.execute(_EXISTING, params)
         found.update(cid for cid in result.scalars() if cid is not None)
     return found
@@ -34,16 +35,17 @@ async def existing_client_ids(
 # Built once: building a statement costs more CPU than SQLite running it.
 _EXISTING = sa.select(Message.client_id).where(
     Message.tenant_id == sa.bindparam("p_tenant"),
+    Message.user_id == sa.bindparam("p_user"),
     Message.session_id == sa.bindparam("p_session"),
     Message.client_id.in_(sa.bindparam("p_ids", expanding=True)),
 )
 _MESSAGES = cast(sa.Table, Message.__table__)
 _INSERT = _MESSAGES.insert()
 # One message with its client id unless that id is stored already: the unique (tenant,
-# session, client id) decides, in the statement that writes it (`insert_new`).
+# user, session, client id) decides, in the statement that writes it (`insert_new`).
 _INSERT_NEW = {
     name: make(_MESSAGES).on_conflict_do_nothing(
-        index_elements=["tenant_id", "session_id", "client_id"]
+        index_elements=["tenant_id", "user_id", "session_id", "client_id"]
     )
     for name, make in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
 }
@@ -70,6 +72,7 @@ async def insert_new(tx: AsyncSession, row: dict[str, Any]) -> bool:
 async def page(
     tx: AsyncSession,
     tenant_id: str,
+    user_id: str,
     session_id: str,
     *,
     before_seq: int | None = None,
@@ -79,7 +82,9 @@ async def page(
     """The `limit` newest messages before `before_seq` and created at or before `until`
     (a replay), returned oldest first."""
     stmt = sa.select(Message).where(
-        Message.tenant_id == tenant_id, Message.session_id == session_id
+        Message.tenant_id == tenant_id,
+        Message.user_id == user_id,
+        Message.session_id == session_id,
     )
     if before_seq is not None:
         stmt = stmt.where(Message.seq < before_seq)
@@ -90,12 +95,19 @@ async def page(
 
 
 async def seq_range(
-    tx: AsyncSession, tenant_id: str, session_id: str, *, after_seq: int, upto_seq: int
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    session_id: str,
+    *,
+    after_seq: int,
+    upto_seq: int,
 ) -> list[Message]:
     stmt = (
         sa.select(Message)
         .where(
             Message.tenant_id == tenant_id,
+            Message.user_id == user_id,
             Message.session_id == session_id,
             Message.seq > after_seq,
             Message.seq <= upto_seq,
@@ -106,7 +118,11 @@ async def seq_range(
 
 
 async def windows(
-    tx: AsyncSession, tenant_id: str, session_id: str, spans: Sequence[tuple[int, int]]
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    session_id: str,
+    spans: Sequence[tuple[int, int]],
 ) -> list[Message]:
     """The messages of a session whose seq lies in any of the spans `(after, upto]`."""
     if not spans:
@@ -116,6 +132,7 @@ async def windows(
         part = spans[start : start + _SPANS]
         stmt = sa.select(Message).where(
             Message.tenant_id == tenant_id,
+            Message.user_id == user_id,
             Message.session_id == session_id,
             sa.or_(*(sa.and_(Message.seq > a, Message.seq <= b) for a, b in part)),
         )
@@ -123,18 +140,31 @@ async def windows(
     return [found[seq] for seq in sorted(found)]
 
 
-async def delete_session(tx: AsyncSession, tenant_id: str, session_id: str) -> int:
+async def delete_session(tx: AsyncSession, tenant_id: str, user_id: str, session_id: str) -> int:
     result = await tx.execute(
-        sa.delete(Message).where(Message.tenant_id == tenant_id, Message.session_id == session_id)
+        sa.delete(Message).where(
+            Message.tenant_id == tenant_id,
+            Message.user_id == user_id,
+            Message.session_id == session_id,
+        )
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 async def last_of_role(
-    tx: AsyncSession, tenant_id: str, session_id: str, role: str, *, until: datetime | None
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    session_id: str,
+    role: str,
+    *,
+    until: datetime | None,
 ) -> Message | None:
     stmt = sa.select(Message).where(
-        Message.tenant_id == tenant_id, Message.session_id == session_id, Message.role == role
+        Message.tenant_id == tenant_id,
+        Message.user_id == user_id,
+        Message.session_id == session_id,
+        Message.role == role,
     )
     if until is not None:
         stmt = stmt.where(Message.created_at <= until)

@@ -16,6 +16,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from app.core import keys
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -97,12 +99,25 @@ class User(Base):
     erasure: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
 
+def incarnation(created_at: datetime, user_id: str, ids_by_user: bool) -> str:
+    """A session's incarnation, part of its memories' ids (`app.core.chunking.memory_id`):
+    its creation time, which keeps a deleted and re-created session id from colliding with
+    what its predecessor left; and, for sessions made since they are the user's (migration
+    2026_12_06_user_sessions), the user, escaped (`app.core.keys`), so that two users'
+    sessions of one id never name the same memory. Older sessions keep their ids as they
+    are: promoting their messages again names the memories they have."""
+    when = created_at.isoformat()
+    return f"{when}/{keys.part(user_id)}" if ids_by_user else when
+
+
 class Session(Base):
+    """Keyed by (tenant, user, session id): a session id is unique within its user."""
+
     __tablename__ = "sessions"
 
     tenant_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
-    user_id: Mapped[str] = mapped_column(sa.String(128))
     system_prompt: Mapped[str | None] = mapped_column(sa.Text())
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
     last_seq: Mapped[int] = mapped_column(sa.BigInteger(), default=0)
@@ -117,9 +132,14 @@ class Session(Base):
     promoted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # False for sessions older than per-user sessions: see `incarnation`.
+    ids_by_user: Mapped[bool] = mapped_column(sa.Boolean(), default=True, server_default=sa.true())
+
+    @property
+    def incarnation(self) -> str:
+        return incarnation(self.created_at, self.user_id, self.ids_by_user)
 
     __table_args__ = (
-        sa.Index("ix_sessions_tenant_user", "tenant_id", "user_id"),
         # The worker's backlog scan: only sessions with unindexed messages are in it.
         sa.Index(
             "ix_sessions_backlog",
@@ -144,10 +164,10 @@ class Message(Base):
     __tablename__ = "messages"
 
     tenant_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     session_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     seq: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True)
     client_id: Mapped[str | None] = mapped_column(sa.String(128))
-    user_id: Mapped[str] = mapped_column(sa.String(128))
     role: Mapped[str] = mapped_column(sa.String(16))
     content: Mapped[str] = mapped_column(sa.Text())
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
@@ -155,9 +175,11 @@ class Message(Base):
     received_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (
-        sa.UniqueConstraint("tenant_id", "session_id", "client_id"),
+        sa.UniqueConstraint("tenant_id", "user_id", "session_id", "client_id"),
         sa.ForeignKeyConstraint(
-            ["tenant_id", "session_id"], ["sessions.tenant_id", "sessions.id"], ondelete="CASCADE"
+            ["tenant_id", "user_id", "session_id"],
+            ["sessions.tenant_id", "sessions.user_id", "sessions.id"],
+            ondelete="CASCADE",
         ),
         # Summaries: a user's messages of a day across sessions, and the hourly sweep's scan
         # of what arrived lately.
@@ -197,7 +219,7 @@ class Memory(Base):
     __table_args__ = (
         sa.Index("ix_memories_user_created", "tenant_id", "user_id", "created_at"),
         sa.Index("ix_memories_user_hash", "tenant_id", "user_id", "content_hash"),
-        sa.Index("ix_memories_session", "tenant_id", "session_id"),
+        sa.Index("ix_memories_session", "tenant_id", "user_id", "session_id"),
         sa.Index(
             "ix_memories_forgotten",
             "forgotten_at",

@@ -1,4 +1,7 @@
-"""Queries on users and sessions, including the worker's lease on a session's backlog."""
+"""Queries on users and sessions, including the worker's lease on a session's backlog.
+
+A session is keyed by (tenant, user, session id) (docs/security.md, "Sessions are the
+user's"): two users may use one session id, each with a session of their own."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.stores.models import Session, User
+from app.stores.models import Session, User, incarnation
 
 
 def _insert(session: AsyncSession, table: Any) -> Any:
@@ -28,16 +31,20 @@ async def ensure_user(tx: AsyncSession, tenant_id: str, user_id: str, now: datet
 
 # Every session route reads the row first: built once.
 _GET = sa.select(Session).where(
-    Session.tenant_id == sa.bindparam("p_tenant"), Session.id == sa.bindparam("p_session")
+    Session.tenant_id == sa.bindparam("p_tenant"),
+    Session.user_id == sa.bindparam("p_user"),
+    Session.id == sa.bindparam("p_session"),
 )
 _GET_FOR_UPDATE = _GET.with_for_update()
 
 
 async def get(
-    tx: AsyncSession, tenant_id: str, session_id: str, *, for_update: bool = False
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, *, for_update: bool = False
 ) -> Session | None:
+    """The user's session of this id (another user's of the same id is not it)."""
     stmt = _GET_FOR_UPDATE if for_update else _GET
-    result = await tx.execute(stmt, {"p_tenant": tenant_id, "p_session": session_id})
+    params = {"p_tenant": tenant_id, "p_user": user_id, "p_session": session_id}
+    result = await tx.execute(stmt, params)
     row: Session | None = result.scalar_one_or_none()
     return row
 
@@ -59,7 +66,7 @@ async def create_or_lock(
     two first writes to a new session race on the insert, not on a lock of a row that does
     not exist yet.
     """
-    row = await get(tx, tenant_id, session_id, for_update=True)
+    row = await get(tx, tenant_id, user_id, session_id, for_update=True)
     if row is not None:
         return row, False
     for _ in range(3):
@@ -76,11 +83,11 @@ async def create_or_lock(
                 created_at=now,
                 updated_at=now,
             )
-            .on_conflict_do_nothing(index_elements=["tenant_id", "id"])
+            .on_conflict_do_nothing(index_elements=["tenant_id", "user_id", "id"])
             .returning(Session.id)
         )
         created = (await tx.execute(stmt)).first() is not None
-        row = await get(tx, tenant_id, session_id, for_update=True)
+        row = await get(tx, tenant_id, user_id, session_id, for_update=True)
         if row is not None:
             return row, created
         # It was being deleted: our insert conflicted, the delete committed, try again.
@@ -93,12 +100,17 @@ class SessionChanges(TypedDict, total=False):
 
 
 async def update(
-    tx: AsyncSession, tenant_id: str, session_id: str, changes: SessionChanges, now: datetime
+    tx: AsyncSession,
+    tenant_id: str,
+    user_id: str,
+    session_id: str,
+    changes: SessionChanges,
+    now: datetime,
 ) -> Session:
     """Set these fields (and `updated_at`); returns the row as it now is."""
     stmt = (
         sa.update(Session)
-        .where(Session.tenant_id == tenant_id, Session.id == session_id)
+        .where(Session.tenant_id == tenant_id, Session.user_id == user_id, Session.id == session_id)
         .values(**changes, updated_at=now)
         .returning(Session)
         .execution_options(populate_existing=True)
@@ -123,7 +135,7 @@ _RESERVE = (
 
 
 async def reserve_seqs(
-    tx: AsyncSession, tenant_id: str, session_id: str, user_id: str, n: int, now: datetime
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, n: int, now: datetime
 ) -> int | None:
     """Lock a known session of this user and move its `last_seq` on by `n`, in one statement:
     the `last_seq` before the move, or None if the user has no such session (the caller
@@ -138,18 +150,20 @@ async def reserve_seqs(
 
 
 async def advance_last_seq(
-    tx: AsyncSession, tenant_id: str, session_id: str, last_seq: int, now: datetime
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, last_seq: int, now: datetime
 ) -> None:
     await tx.execute(
         sa.update(Session)
-        .where(Session.tenant_id == tenant_id, Session.id == session_id)
+        .where(Session.tenant_id == tenant_id, Session.user_id == user_id, Session.id == session_id)
         .values(last_seq=last_seq, updated_at=now)
     )
 
 
-async def delete(tx: AsyncSession, tenant_id: str, session_id: str) -> None:
+async def delete(tx: AsyncSession, tenant_id: str, user_id: str, session_id: str) -> None:
     await tx.execute(
-        sa.delete(Session).where(Session.tenant_id == tenant_id, Session.id == session_id)
+        sa.delete(Session).where(
+            Session.tenant_id == tenant_id, Session.user_id == user_id, Session.id == session_id
+        )
     )
 
 
@@ -160,7 +174,7 @@ class Claim:
     user_id: str
     indexed_seq: int
     last_seq: int
-    incarnation: str  # the session's creation time: part of its memories' ids
+    incarnation: str  # `Session.incarnation`: part of its memories' ids
     promote_failures: int = 0  # failed passes in a row, for the next backoff
 
 
@@ -198,6 +212,7 @@ _LEASE = (
     sa.update(_SESSIONS)
     .where(
         _SESSIONS.c.tenant_id == sa.bindparam("p_tenant"),
+        _SESSIONS.c.user_id == sa.bindparam("p_user"),
         _SESSIONS.c.id == sa.bindparam("p_session"),
     )
     .values(
@@ -209,6 +224,7 @@ _LEASE = (
         _SESSIONS.c.indexed_seq,
         _SESSIONS.c.last_seq,
         _SESSIONS.c.created_at,
+        _SESSIONS.c.ids_by_user,
         _SESSIONS.c.promote_failures,
     )
 )
@@ -245,8 +261,9 @@ async def claim_backlog(
     claims: list[Claim] = []
     for tenant_id, session_id, user_id in chosen:
         lease = {"p_owner": owner, "p_until": lease_until, "p_now": now}
-        result = await tx.execute(_LEASE, {"p_tenant": tenant_id, "p_session": session_id, **lease})
-        indexed_seq, last_seq, created_at, failures = result.one()
+        key = {"p_tenant": tenant_id, "p_user": user_id, "p_session": session_id}
+        result = await tx.execute(_LEASE, {**key, **lease})
+        indexed_seq, last_seq, created_at, by_user, failures = result.one()
         await tx.execute(_USER_SERVED, {"p_tenant": tenant_id, "p_user": user_id, "p_now": now})
         claims.append(
             Claim(
@@ -255,7 +272,7 @@ async def claim_backlog(
                 user_id,
                 indexed_seq,
                 last_seq,
-                created_at.isoformat(),
+                incarnation(created_at, user_id, by_user),
                 failures,
             )
         )
@@ -267,6 +284,7 @@ _ADVANCE = (
     sa.update(_SESSIONS)
     .where(
         _SESSIONS.c.tenant_id == sa.bindparam("p_tenant"),
+        _SESSIONS.c.user_id == sa.bindparam("p_user"),
         _SESSIONS.c.id == sa.bindparam("p_session"),
         _SESSIONS.c.lease_owner == sa.bindparam("p_owner"),
         _SESSIONS.c.indexed_seq == sa.bindparam("p_from"),
@@ -286,6 +304,7 @@ async def advance_watermark(
     tx: AsyncSession,
     *,
     tenant_id: str,
+    user_id: str,
     session_id: str,
     owner: str,
     from_seq: int,
@@ -303,6 +322,7 @@ async def advance_watermark(
     """
     params: dict[str, Any] = {
         "p_tenant": tenant_id,
+        "p_user": user_id,
         "p_session": session_id,
         "p_owner": owner,
         "p_from": from_seq,
@@ -319,6 +339,7 @@ async def release_lease(
     tx: AsyncSession,
     *,
     tenant_id: str,
+    user_id: str,
     session_id: str,
     owner: str,
     retry_at: datetime | None = None,
@@ -334,6 +355,7 @@ async def release_lease(
         sa.update(Session)
         .where(
             Session.tenant_id == tenant_id,
+            Session.user_id == user_id,
             Session.id == session_id,
             Session.lease_owner == owner,
         )
@@ -341,10 +363,12 @@ async def release_lease(
     )
 
 
-async def indexed_seq(tx: AsyncSession, tenant_id: str, session_id: str) -> int | None:
+async def indexed_seq(
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str
+) -> int | None:
     result = await tx.execute(
         sa.select(Session.indexed_seq).where(
-            Session.tenant_id == tenant_id, Session.id == session_id
+            Session.tenant_id == tenant_id, Session.user_id == user_id, Session.id == session_id
         )
     )
     return result.scalar_one_or_none()

@@ -288,11 +288,11 @@ async def dailies_and_essence(
 
 
 async def session_span(
-    tx: AsyncSession, tenant_id: str, session_id: str
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str
 ) -> tuple[datetime, datetime] | None:
     """The first and last `created_at` of the session's messages; None when it has none."""
     stmt = sa.select(sa.func.min(Message.created_at), sa.func.max(Message.created_at)).where(
-        Message.tenant_id == tenant_id, Message.session_id == session_id
+        Message.tenant_id == tenant_id, Message.user_id == user_id, Message.session_id == session_id
     )
     first, last = (await tx.execute(stmt)).one()
     if first is None or last is None:

@@ -131,7 +131,7 @@ async def sessions_page(
 
 
 async def messages_page(
-    tx: AsyncSession, tenant_id: str, session_id: str, *, after_seq: int, limit: int
+    tx: AsyncSession, tenant_id: str, user_id: str, session_id: str, *, after_seq: int, limit: int
 ) -> Sequence[Row]:
     """Oldest first, from after `after_seq`; plain rows (columns by their SQL names), not
     ORM objects: an export reads every row once and builds no identity map."""
@@ -140,6 +140,7 @@ async def messages_page(
         sa.select(table)
         .where(
             table.c.tenant_id == tenant_id,
+            table.c.user_id == user_id,
             table.c.session_id == session_id,
             table.c.seq > after_seq,
         )
@@ -163,18 +164,24 @@ async def lock_sessions(tx: AsyncSession, tenant_id: str, user_id: str, limit: i
 
 
 async def delete_sessions(
-    tx: AsyncSession, tenant_id: str, session_ids: Sequence[str]
+    tx: AsyncSession, tenant_id: str, user_id: str, session_ids: Sequence[str]
 ) -> tuple[int, int]:
-    """The sessions and their logs: (messages, sessions) deleted."""
+    """The user's sessions and their logs: (messages, sessions) deleted."""
     if not session_ids:
         return 0, 0
     messages = await tx.execute(
         _delete(Message).where(
-            Message.tenant_id == tenant_id, Message.session_id.in_(list(session_ids))
+            Message.tenant_id == tenant_id,
+            Message.user_id == user_id,
+            Message.session_id.in_(list(session_ids)),
         )
     )
     sessions = await tx.execute(
-        _delete(Session).where(Session.tenant_id == tenant_id, Session.id.in_(list(session_ids)))
+        _delete(Session).where(
+            Session.tenant_id == tenant_id,
+            Session.user_id == user_id,
+            Session.id.in_(list(session_ids)),
+        )
     )
     return int(messages.rowcount), int(sessions.rowcount)  # type: ignore[attr-defined]
 

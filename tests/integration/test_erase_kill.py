@@ -155,7 +155,7 @@ async def seed(db: Database, buffer: Buffer, vectors: VectorIndex, user: str) ->
                     for seq in range(1, MESSAGES + 1)
                 ]
                 await message_store.insert_many(tx, rows)
-                await session_store.advance_last_seq(tx, TENANT, sid, MESSAGES, now)
+                await session_store.advance_last_seq(tx, TENANT, owner, sid, MESSAGES, now)
                 await buffer.push(
                     TENANT, owner, sid, [{"seq": r["seq"], "content": r["content"]} for r in rows]
                 )

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
-from app.stores import sessions as session_store
+from app.stores.models import Session
 from app.wiring import build_promoter
 from tests.conftest import Running, embedded_settings, full_settings, post_messages, turn
 
@@ -29,7 +30,14 @@ async def idle_app(
 
 async def watermarks(running: Running, *sessions: str) -> list[int]:
     async with running.resources.db.read() as tx:
-        return [await session_store.indexed_seq(tx, "default", s) or 0 for s in sessions]
+        # By id alone: each of these session ids has one user here.
+        rows = await tx.execute(
+            sa.select(Session.id, Session.indexed_seq).where(
+                Session.tenant_id == "default", Session.id.in_(sessions)
+            )
+        )
+        found = {str(r[0]): int(r[1]) for r in rows}
+        return [found.get(s, 0) for s in sessions]
 
 
 def long_turn(i: int, chars: int) -> dict[str, Any]:

@@ -215,6 +215,8 @@ async def test_past_created_at_is_kept_as_event_time(
 
 
 async def test_a_session_belongs_to_one_user(running: Running, ids: Callable[[str], str]) -> None:
+    """A session id is unique within its user (docs/security.md): another user naming it gets
+    a session of their own, as for an id never used, and the owner's is untouched."""
     owner, other, session = ids("owner"), ids("other"), ids("session")
     put = await running.client.put(
         f"/v1/sessions/{session}", json={"user_id": owner, "system_prompt": "Be brief."}
@@ -224,20 +226,19 @@ async def test_a_session_belongs_to_one_user(running: Running, ids: Callable[[st
     assert again.status_code == 200
     assert again.json()["system_prompt"] == "Be brief."
 
-    # Another user's session is not revealed to exist: a 404, as on every other route.
-    taken = await running.client.put(f"/v1/sessions/{session}", json={"user_id": other})
-    assert taken.status_code == 404
-    assert taken.json()["code"] == "session_not_found"
-
     hidden = await running.client.get(f"/v1/sessions/{session}", params={"user_id": other})
     assert hidden.status_code == 404
+    assert hidden.json()["code"] == "session_not_found"
+    theirs = await running.client.put(f"/v1/sessions/{session}", json={"user_id": other})
+    assert theirs.status_code == 201
+    assert theirs.json()["system_prompt"] is None
     post = await running.client.post(
         f"/v1/sessions/{session}/messages",
         json={"user_id": other, "messages": [turn("hi")]},
     )
-    assert post.status_code == 404
+    assert post.status_code == 202
     mine = await running.client.get(f"/v1/sessions/{session}", params={"user_id": owner})
-    assert mine.json()["last_seq"] == 0
+    assert (mine.json()["last_seq"], mine.json()["system_prompt"]) == (0, "Be brief.")
 
 
 async def test_an_update_changes_only_the_fields_it_names(
@@ -323,7 +324,7 @@ async def test_concurrent_first_writes_to_a_new_session(
         for i in range(4)
     ]
     codes = sorted(a.status_code for a in await asyncio.gather(*puts))
-    assert codes == [201, 404, 404, 404]
+    assert codes == [201, 201, 201, 201]  # one session id, four users: a session each
 
 
 async def test_a_message_to_a_known_session_writes_only_the_message(

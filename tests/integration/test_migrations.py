@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,65 @@ async def test_postgresql_knows_a_user_belongs_to_one_tenant(
     await engine.dispose()
     assert set(found) >= {"st_memories_owner", "st_summaries_owner"}
     assert all("f" in str(found[name]) for name in ("st_memories_owner", "st_summaries_owner"))
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+async def test_sessions_become_the_users_with_their_data(
+    backend: str, pg_databases: Callable[[], Awaitable[str]], tmp_path: Path
+) -> None:
+    """2026_12_06_user_sessions carries sessions and messages over (their memories' ids
+    unchanged: `ids_by_user` false), lets two users share a session id, and refuses to go
+    back while they do."""
+    from sqlalchemy import text
+
+    dsn = (
+        await pg_databases() if backend == "postgresql" else f"sqlite+aiosqlite:///{tmp_path}/u.db"
+    )
+    cfg = alembic_config(dsn)
+    await asyncio.to_thread(command.upgrade, cfg, "2026_12_05_sweep_order")
+    engine = create_async_engine(dsn)
+    at: object = "2026-06-01 12:00:00"  # SQLite's text; asyncpg's datetime
+    if backend == "postgresql":
+        at = datetime(2026, 6, 1, 12, tzinfo=UTC)
+    session = (
+        "INSERT INTO sessions (tenant_id, id, user_id, metadata, last_seq, indexed_seq,"
+        " created_at, updated_at) VALUES ('t', 's1', :user, '{}', :n, 0, :at, :at)"
+    )
+    message = (
+        "INSERT INTO messages (tenant_id, session_id, seq, client_id, user_id, role, content,"
+        " metadata, created_at, received_at)"
+        " VALUES ('t', 's1', :seq, :cid, :user, 'user', :content, '{}', :at, :at)"
+    )
+    async with engine.begin() as conn:
+        await conn.execute(text(session), {"user": "ana", "n": 2, "at": at})
+        for seq in (1, 2):
+            params = {"seq": seq, "cid": f"m{seq}", "user": "ana", "content": f"ana {seq}"}
+            await conn.execute(text(message), {**params, "at": at})
+    await engine.dispose()
+
+    await asyncio.to_thread(command.upgrade, cfg, "head")
+    engine = create_async_engine(dsn)
+    async with engine.begin() as conn:
+        rows = await conn.execute(text("SELECT user_id, id, ids_by_user FROM sessions"))
+        assert [tuple(r) for r in rows] == [("ana", "s1", False)]
+        rows = await conn.execute(text("SELECT user_id, seq, content FROM messages ORDER BY seq"))
+        assert [tuple(r) for r in rows] == [("ana", 1, "ana 1"), ("ana", 2, "ana 2")]
+        # Bob's own "s1", with a message of the same client id.
+        await conn.execute(text(session), {"user": "bob", "n": 1, "at": at})
+        params = {"seq": 1, "cid": "m1", "user": "bob", "content": "bob 1"}
+        await conn.execute(text(message), {**params, "at": at})
+    await engine.dispose()
+
+    with pytest.raises(RuntimeError, match="more than one user"):
+        await asyncio.to_thread(command.downgrade, cfg, "2026_12_05_sweep_order")
+    engine = create_async_engine(dsn)
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM messages WHERE user_id = 'bob'"))
+        await conn.execute(text("DELETE FROM sessions WHERE user_id = 'bob'"))
+    await engine.dispose()
+    await asyncio.to_thread(command.downgrade, cfg, "2026_12_05_sweep_order")
+    engine = create_async_engine(dsn)
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT user_id, seq FROM messages ORDER BY seq"))
+        assert [tuple(r) for r in rows] == [("ana", 1), ("ana", 2)]
+    await engine.dispose()

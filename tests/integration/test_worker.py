@@ -191,7 +191,14 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
 
     async def session(session_id: str) -> Session:
         async with idle_app.resources.db.read() as tx:
-            row = await session_store.get(tx, "default", session_id)
+            # By id alone: each of these session ids has one user here.
+            row = (
+                await tx.execute(
+                    sa.select(Session).where(
+                        Session.tenant_id == "default", Session.id == session_id
+                    )
+                )
+            ).scalar_one_or_none()
         assert row is not None
         return row
 
@@ -569,7 +576,7 @@ async def test_a_refused_look_ahead_costs_the_pass_nothing(idle_app: Running) ->
     )
     assert await promoter.run_once() == 7
     async with r.db.read() as tx:
-        row = await session_store.get(tx, r.settings.default_tenant, session)
+        row = await session_store.get(tx, r.settings.default_tenant, user, session)
     assert row is not None
     assert (row.indexed_seq, row.promote_failures, row.promote_retry_at) == (7, 0, None)
     assert len(calls) == 2  # the slice, then the refused look-ahead

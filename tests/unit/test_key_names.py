@@ -17,6 +17,7 @@ from app.core.periods import job_key as summary_job_key
 from app.core.periods import summary_id
 from app.stores.changes import EVERYONE
 from app.stores.generations import _key as generation_key
+from app.stores.models import incarnation
 
 # Ids full of the separators any encoding might trip on, and of anything else.
 SEPARATORS = ":{}\x1f|./%@\\*?[]-_~+ \x00"
@@ -121,3 +122,29 @@ def test_the_kept_names_are_injective(tuples: list[tuple[str, str, str, int, str
         ]
         for made_of, name in made:
             assert seen.setdefault(name, made_of) == made_of
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(ident, api_id, api_id, st.booleans(), seq),
+        min_size=2,
+        max_size=6,
+        unique_by=lambda t: (t[0], t[1], t[2], t[4]),
+    )
+)
+def test_two_users_sessions_of_one_id_never_name_one_memory(
+    tuples: list[tuple[str, str, str, bool, int]],
+) -> None:
+    """Sessions made since they are the user's name the user in their memories' ids (their
+    incarnation); made at the same instant, two users' sessions of one id stay apart."""
+    seen: dict[uuid.UUID, tuple[str, str, str, int]] = {}
+    for t, u, s, by_user, n in tuples:
+        if not by_user:
+            continue
+        name = memory_id(t, s, incarnation(AT, u, True), n)
+        assert seen.setdefault(name, (t, u, s, n)) == (t, u, s, n)
+    # An older session's memories keep the ids they have: no user in the name.
+    assert memory_id("t", "s", incarnation(AT, "u", False), 1) == memory_id(
+        "t", "s", AT.isoformat(), 1
+    )
