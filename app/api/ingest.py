@@ -32,8 +32,9 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 @router.put(
     "/{session_id}",
     summary="Create or update a session",
-    description="A session id belongs to the user who created it: naming it with another "
-    "`user_id` is a 404, as on every route (its existence is not revealed).",
+    description="A session id is unique within its user: another `user_id` naming the same "
+    "id gets a session of its own, as for an id never used (no answer tells whether another "
+    "user holds an id).",
     response_model=SessionOut,
     responses={
         201: {"model": SessionOut, "description": "created"},
