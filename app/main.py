@@ -92,10 +92,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         async with (
             DataDirLock(settings, "the api"),  # no `strata import` beside it (app/datalock.py)
             open_container(settings, clock=clock) as container,
-            mcp_endpoint.server.session_manager.run(),
+            contextlib.AsyncExitStack() as stack,
         ):
             resources, services = container.resources, container.services
             await services.keys.resolve_mode()  # refuses to serve without keys by accident
+            # After the checks: its task group would wrap their refusal in an ExceptionGroup.
+            await stack.enter_async_context(mcp_endpoint.server.session_manager.run())
             if settings.gc_freeze:
                 malloc.freeze_long_lived()
             stop = asyncio.Event()
