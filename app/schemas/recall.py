@@ -51,9 +51,15 @@ class RecallRequest(StrictModel):
     query: Query
     session_id: Identifier | None = Field(
         default=None,
-        description="narrows recall to memories sourced from this session, and gives "
-        "`rewrite: auto` that session's last turns; for a follow-up whose answer may lie in "
-        "another session, rewrite it first (`POST /v1/rewrite`) and recall without it",
+        description="the conversation the question is asked in: its last turns feed "
+        "`rewrite: auto` (a follow-up is made standalone from them); it does not narrow the "
+        "search, which covers all of the user's memories (`session_ids` narrows)",
+    )
+    session_ids: list[Identifier] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="narrows recall to memories sourced from one of these sessions",
     )
     top_k: JsonInt = Field(default=10, ge=1, le=200)
     memory_types: list[MemoryType] | None = Field(default=None, min_length=1)

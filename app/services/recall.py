@@ -154,7 +154,7 @@ class RecallService:
                 created_from=spec.created_from.timestamp() if spec.created_from else None,
                 created_to=upper.timestamp() if upper else None,
                 metadata=dict(spec.metadata),
-                source_session=spec.session_id if spec.session_scope else None,
+                source_sessions=spec.session_ids,
                 # Facts that had ended by then (superseded, contradicted) are not recalled;
                 # with `as_of` before the change, the old fact is (docs/facts.md).
                 valid_at=(spec.as_of or self.clock()).timestamp(),

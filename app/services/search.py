@@ -49,12 +49,13 @@ class SearchSpec:
     metadata: Mapping[str, str | int | bool] = field(default_factory=dict)
     weights: scoring.Weights | None = None  # None: the service's defaults
     as_of: datetime | None = None  # "now" for decay; hides what was created after it
-    # The session the query was asked in: where a rewrite finds the turns it refers to.
+    # The session the query was asked in: where a rewrite finds the turns it refers to. It
+    # does not narrow the search: a follow-up asked in a new session is answered from all
+    # of the user's memories.
     session_id: str | None = None
-    # Narrow to memories with a source in `session_id` (recall's `session_id`; the index
-    # filters its `source_sessions`). Context leaves it off: memories from the session's
-    # other turns and from other sessions are what context adds.
-    session_scope: bool = False
+    # Narrow to memories with a source in one of these sessions (recall's `session_ids`; the
+    # index filters its `source_sessions`). None: every session.
+    session_ids: tuple[str, ...] | None = None
     # Results whose calibrated relevance (`scores.semantic`) is below this are dropped
     # before `top_k` (`MinRelevance`); recall's default is `relevance.DEFAULT_MIN_RELEVANCE`.
     min_relevance: float = 0.0
@@ -81,7 +82,7 @@ class SearchSpec:
             else None,
             as_of=body.as_of,
             session_id=body.session_id,
-            session_scope=body.session_id is not None,
+            session_ids=tuple(dict.fromkeys(body.session_ids)) if body.session_ids else None,
             min_relevance=body.min_relevance,
             rewrite=body.rewrite,
         )

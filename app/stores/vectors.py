@@ -247,7 +247,8 @@ class VectorQuery:
     created_from: float | None = None
     created_to: float | None = None
     metadata: dict[str, str | int | bool] = field(default_factory=dict)
-    source_session: str | None = None  # only memories with a source in this session
+    # Only memories with a source in one of these sessions (recall's `session_ids`).
+    source_sessions: tuple[str, ...] | None = None
     # Valid time (epoch seconds): only points still true then, i.e. without a `valid_to`
     # at or before it (docs/facts.md). None: no valid-time filter.
     valid_at: float | None = None
@@ -363,8 +364,8 @@ def scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:
         conds.append(("memory_type", tuple(q.memory_types)))
     if q.kinds:
         conds.append(("kind", tuple(q.kinds)))
-    if q.source_session is not None:
-        conds.append(("source_sessions", q.source_session))
+    if q.source_sessions:
+        conds.append(("source_sessions", tuple(q.source_sessions)))
     for key, value in q.metadata.items():  # see `filterable` above
         if isinstance(value, bool):
             conds.append((f'meta_filter."bool:{key}"', int(value)))

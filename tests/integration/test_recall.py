@@ -232,7 +232,7 @@ async def test_a_deleted_memorys_words_stop_finding_its_neighbours(
     assert await recall(running, user, "Lisbon") == []
 
 
-async def test_session_id_narrows_to_memories_sourced_from_it(
+async def test_session_ids_narrow_to_memories_sourced_from_them(
     running: Running, ids: Callable[[str], str]
 ) -> None:
     user, one, two = ids("user"), ids("one"), ids("two")
@@ -240,16 +240,49 @@ async def test_session_id_narrows_to_memories_sourced_from_it(
     await post_messages(running, two, user, [turn("We booked the train to Porto.", id="b")])
     everywhere = await recall(running, user, "Porto booking", min_relevance=0)
     assert {r["sources"][0]["message_id"] for r in everywhere} == {"a", "b"}
-    only_two = await recall(running, user, "Porto booking", session_id=two, min_relevance=0)
+    # `session_id` is where the question is asked: it does not narrow.
+    asked_in_two = await recall(running, user, "Porto booking", session_id=two, min_relevance=0)
+    assert {r["sources"][0]["message_id"] for r in asked_in_two} == {"a", "b"}
+    only_two = await recall(running, user, "Porto booking", session_ids=[two], min_relevance=0)
     assert [r["sources"][0]["message_id"] for r in only_two] == ["b"]
+    both = await recall(running, user, "Porto booking", session_ids=[one, two], min_relevance=0)
+    assert {r["sources"][0]["message_id"] for r in both} == {"a", "b"}
     # The same text again in session one merges into a's memory: now sourced from both.
     await post_messages(running, two, user, [turn("We booked the ferry to Porto.", id="c")])
-    merged = await recall(running, user, "ferry", session_id=two, min_relevance=0)
+    merged = await recall(running, user, "ferry", session_ids=[two], min_relevance=0)
     assert sorted(s["message_id"] for s in merged[0]["sources"]) == ["a", "c"]
     # Deleting session one leaves that memory sourced from session two only.
     deleted = await running.client.delete(f"/v1/sessions/{one}", params={"user_id": user})
     assert deleted.status_code == 200, deleted.text
-    assert await recall(running, user, "ferry", session_id=two, min_relevance=0) != []
+    assert await recall(running, user, "ferry", session_ids=[two], min_relevance=0) != []
+
+
+async def test_a_follow_up_in_a_new_session_finds_earlier_sessions(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """DESIGN.md §2: the follow-up is rewritten from the session it is asked in and
+    answered from the user's earlier sessions."""
+    user, earlier, other, now = ids("user"), ids("earlier"), ids("other"), ids("now")
+    await post_messages(
+        running, earlier, user, [turn("My sister Maria is a nurse at the Charité in Berlin.")]
+    )
+    await post_messages(running, other, user, [turn("I booked a dentist appointment for Friday.")])
+    await post_messages(
+        running,
+        now,
+        user,
+        [
+            turn("I want to send Maria a birthday present."),
+            turn("Good idea! What does she like?", role="assistant"),
+            turn("She likes books about medicine."),
+        ],
+    )
+    found = await recall(running, user, "Where does she work?", session_id=now, top_k=3)
+    assert earlier in {s["session_id"] for r in found for s in r["sources"]}, found
+    narrowed = await recall(
+        running, user, "Where does she work?", session_id=now, session_ids=[now], min_relevance=0
+    )
+    assert {s["session_id"] for r in narrowed for s in r["sources"]} == {now}
 
 
 async def test_min_relevance_drops_what_is_not_about_the_query(

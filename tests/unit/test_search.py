@@ -103,6 +103,7 @@ def test_spec_from_a_request() -> None:
             "user_id": "u",
             "query": "where?",
             "session_id": "s1",
+            "session_ids": ["s2", "s3", "s2"],
             "top_k": 3,
             "memory_types": ["semantic"],
             "kinds": ["memory"],
@@ -121,7 +122,7 @@ def test_spec_from_a_request() -> None:
         {"topic": "gear"},
     )
     assert s.weights == scoring.Weights(1, 2, 3)
-    assert (s.session_id, s.session_scope, s.rewrite) == ("s1", True, "off")
+    assert (s.session_id, s.session_ids, s.rewrite) == ("s1", ("s2", "s3"), "off")
     assert s.created_until() == datetime(2024, 1, 15, tzinfo=UTC)  # as_of is earlier
 
     bare = SearchSpec.from_request(
@@ -133,7 +134,7 @@ def test_spec_from_a_request() -> None:
         None,
         None,
     )
-    assert (bare.session_scope, bare.rewrite, bare.top_k) == (False, "auto", 10)
+    assert (bare.session_ids, bare.rewrite, bare.top_k) == (None, "auto", 10)
 
 
 def test_created_until_is_the_earlier_bound() -> None:
