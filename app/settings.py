@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.core.relevance import DEFAULT_MIN_RELEVANCE, RELEVANCE_FEATURES
+from app.core.relevance import CONFIDENT_RELEVANCE, RELEVANCE_FEATURES
 
 
 class Settings(BaseSettings):
@@ -456,7 +456,7 @@ class Settings(BaseSettings):
     )
     rrf_k: int = Field(default=10, ge=1, description="the rank fusion's k")
     reinforce_min_relevance: float = Field(
-        default=DEFAULT_MIN_RELEVANCE,
+        default=CONFIDENT_RELEVANCE,
         ge=0,
         le=1,
         description="a recall result reinforces its memory only when its calibrated relevance "

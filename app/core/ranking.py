@@ -270,6 +270,8 @@ class Penalties:
     short_terms: int = 3
     asking_only: float = 0.5  # an assistant turn that only asks ("How do you like it?")
     asking_terms: int = 4
+    # A reaction that states nothing (`filler`): on the fused score and on the relevance.
+    filler: float = 0.5
     no_answer_type: float = 0.0  # a when/where question, and the text names no time/place
     outside_period: float = 0.0  # the question names a date, the memory is from another
 
@@ -288,6 +290,39 @@ def asks_only(role: str | None, text: str, max_terms: int = 4) -> bool:
     return role == "assistant" and t.endswith(("?", "？")) and len(terms.tokenize(t)) <= max_terms
 
 
+# What a user says that states nothing by itself ("haha yeah", "ok thanks", 嗯嗯, 好的): a
+# user turn whose every index term is one of these is a filler (`filler`).
+_REACTION_WORDS = (
+    "haha hahaha hehe lol lmao yeah yes yep yup no nope ok okay sure cool nice great thanks "
+    "thank thx ty hi hey hello bye good fine wow oh ah aw hmm right true exactly indeed "
+    "totally agreed awesome amazing lovely sweet perfect glad sorry like love tell ask "
+    "pretty really definitely absolutely fun bad worry worries welcome morning night "
+    "哈哈 哈哈哈 呵呵 嘿嘿 嗯 嗯嗯 好 好的 好吧 对 对的 是 是的 谢谢 多谢 谢啦 唉 哎 行 可以 "
+    "没事 没问题 不错 挺好 还行 知道 明白 收到 嗯呢 哦 哦哦 啊 呀 吧 没想 晚安 早 你好 拜拜"
+)
+_REACTIONS = frozenset(t for w in _REACTION_WORDS.split() for t in terms.tokenize(w))
+_NAME_INSIDE = re.compile(r"(?<=[\w,;:)\]] )([A-Z][\w'-]*)")
+_NOT_NAMES = frozenset({"I", "I'm", "I'll", "I've", "I'd", "OK", "Ok"})
+
+
+def filler(role: str | None, text: str, max_terms: int = 4) -> bool:
+    """A turn that states nothing the user could later ask about: an assistant's short
+    reaction ("That sounds delicious.", "Congrats! Puppies are a lot of work.", 好可爱的名字！,
+    "How do you like it?") or a user's ("haha yeah", "ok thanks", 嗯嗯). The encoder scores
+    them close to any question on their topic (their indexed vector holds the turn before),
+    so they went above the fact they reacted to (bench/README.md, "Everyday questions").
+    A number or a name inside a sentence ("Crete is lovely in September.") is a statement."""
+    t = text.strip()
+    if any(ch.isdigit() for ch in t):
+        return False
+    if any(m.group(1) not in _NOT_NAMES for m in _NAME_INSIDE.finditer(t)):
+        return False
+    words = terms.tokenize(t)
+    if role == "assistant":
+        return len(words) <= max_terms
+    return all(w in _REACTIONS for w in words)
+
+
 def penalty_factor(
     own: float,
     index_terms: int,
@@ -295,9 +330,12 @@ def penalty_factor(
     p: Penalties,
     lacks_answer_type: bool = False,
     outside_period: bool = False,
+    is_filler: bool = False,
 ) -> float:
     """The product of the penalties that apply, in (0, 1]."""
     factor = 1.0 - p.context_only * (1.0 - min(1.0, max(0.0, own)))
+    if is_filler:
+        factor *= 1.0 - p.filler
     if index_terms <= p.short_terms:
         factor *= 1.0 - p.short
     if asking:

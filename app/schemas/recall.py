@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.core.relevance import DEFAULT_MIN_RELEVANCE
+from app.core.relevance import CONFIDENT_RELEVANCE, DEFAULT_MIN_RELEVANCE
 from app.schemas.common import (
     EventTime,
     FilterValue,
@@ -83,7 +83,9 @@ class RecallRequest(StrictModel):
         description="drop results whose `scores.semantic` (the calibrated relevance) is below "
         "this, before `top_k`: a question about something never mentioned returns few or no "
         f"results. Default {DEFAULT_MIN_RELEVANCE}, chosen on the benchmarks "
-        "(bench/README.md); 0 keeps everything. Applies to memories; summaries, asked for by "
+        "(bench/README.md) so that it does not hide the answer to an everyday question asked "
+        f"in other words; from {CONFIDENT_RELEVANCE} a result is a confident one; 0 keeps "
+        "everything. Applies to memories; summaries, asked for by "
         "their period, are kept",
     )
 

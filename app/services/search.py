@@ -225,6 +225,7 @@ class Score:
         chunk_cos, turn_cos = self._cosines(pool, hits)
         cov_own, cov_chunk = np.empty(n), np.empty(n)
         index_terms, asking = np.empty(n), np.zeros(n, dtype=bool)
+        filler = np.zeros(n, dtype=bool)
         lacks, outside = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         # Always asked: the cross-language relevance reads `lacks` whatever the penalty.
         kind = ranking.asks_for(spec.query)
@@ -238,6 +239,7 @@ class Score:
             cross[i] = ranking.cross_language(query_language, facts.language)
             own_terms, index_terms[i] = facts.terms, facts.own_terms
             asking[i] = facts.asks_only(self.penalties.asking_terms)
+            filler[i] = facts.filler
             if kind is not None:
                 lacks[i] = not names_of(p.content, p.role, kind)
             if period is not None and p.kind != "summary":  # a summary spans its period
@@ -253,13 +255,15 @@ class Score:
         rel = self.calibration.many(
             turn_cos, chunk_cos, cov_own, cov_chunk, cross, short, asking, lacks
         )
+        pen = self.penalties
+        rel = np.where(filler, rel * (1.0 - pen.filler), rel)
         # ranking.own_match and ranking.penalty_factor, elementwise
         with np.errstate(divide="ignore", invalid="ignore"):
             term_share = np.where(cov_chunk > 0, cov_own / np.where(cov_chunk > 0, cov_chunk, 1), 0)
         vector_share = np.minimum(1.0, np.maximum(0.0, turn_cos / np.maximum(chunk_cos, 1e-9)))
         own = np.minimum(1.0, np.maximum(term_share, vector_share))
-        pen = self.penalties
         factor = 1.0 - pen.context_only * (1.0 - np.minimum(1.0, np.maximum(0.0, own)))
+        factor = np.where(filler, factor * (1.0 - pen.filler), factor)
         factor = np.where(index_terms <= pen.short_terms, factor * (1.0 - pen.short), factor)
         factor = np.where(asking, factor * (1.0 - pen.asking_only), factor)
         factor = np.where(lacks, factor * (1.0 - pen.no_answer_type), factor)
@@ -377,6 +381,7 @@ class Score:
         own = ranking.own_match(f.cov_own, f.cov_chunk, f.cos_turn, f.cos_chunk)
         index_terms = len(terms.tokenize(text))
         asks = ranking.asks_only(p.role, text, self.penalties.asking_terms)
+        is_filler = ranking.filler(p.role, text)
         lacks = kind is not None and not ranking.names(text, kind)
         factor = ranking.penalty_factor(
             own,
@@ -387,9 +392,12 @@ class Score:
             period is not None
             and p.kind != "summary"
             and not period[0] <= p.created_at < period[1],
+            is_filler,
         )
         short = index_terms <= self.penalties.short_terms
         rel = self.calibration(f, cross_language, short, asks, lacks)
+        if is_filler:
+            rel *= 1.0 - self.penalties.filler
         return rel, min(1.0, max(0.0, fused_norm)) * factor, own
 
     def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float]:
@@ -445,6 +453,7 @@ class TextFacts:
     question_terms: int | None  # an assistant turn ending in "?": its terms; else None
     language: ranking.Language
     states_change: bool
+    filler: bool = False  # `ranking.filler`: a reaction that states nothing
 
     def asks_only(self, max_terms: int) -> bool:
         """`ranking.asks_only`: an assistant turn that is a short question."""
@@ -472,6 +481,7 @@ def text_facts(content: str, role: str | None) -> TextFacts:
         question_terms=own_terms if question else None,
         language=ranking.language(text),
         states_change=ranking.states_change(text),
+        filler=ranking.filler(role, text),
     )
 
 

@@ -304,3 +304,26 @@ def test_names_time_is_the_one_case_blind_pattern(text: str) -> None:
         ranking._NAMES_TIME_EN.pattern + "|" + ranking._NAMES_TIME_ZH.pattern, re.IGNORECASE
     )
     assert ranking.names(text, "time") == (whole.search(text) is not None)
+
+
+def test_filler_is_a_reaction_that_states_nothing() -> None:
+    fillers = [
+        ("assistant", "Congrats! Puppies are a lot of work."),
+        ("assistant", "How do you like it?"),
+        ("assistant", "好可爱的名字！"),
+        ("assistant", "Nice!"),
+        ("user", "haha yeah"),
+        ("user", "ok thanks"),
+        ("user", "好的"),
+        ("user", "嗯嗯"),
+    ]
+    statements = [
+        ("user", "I moved to Lisbon last May."),
+        ("user", "I'm vegetarian."),
+        ("user", "我很喜欢这里的海鲜。"),
+        ("assistant", "Crete is lovely in September."),  # names a place and a month
+        ("assistant", "Your flight leaves at 10:40."),
+        ("assistant", "云南很不错，准备去哪些地方？"),
+    ]
+    assert [t for r, t in fillers if not ranking.filler(r, t)] == []
+    assert [t for r, t in statements if ranking.filler(r, t)] == []
