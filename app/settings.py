@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.entities import DEFAULT_KINDS, KINDS
 from app.core.relevance import CONFIDENT_RELEVANCE, RELEVANCE_FEATURES
 
 
@@ -348,6 +349,17 @@ class Settings(BaseSettings):
         le=1,
         description="dense cosine from which an existing fact is shown to the model",
     )
+    # Without an LLM: the pattern extractor (app/core/entities.py; docs/facts.md).
+    offline_extraction: bool = Field(
+        default=True,
+        description="without an LLM: each promoted user turn's entities, relations and profile "
+        "facts by patterns, in the promotion's transaction",
+    )
+    offline_extraction_kinds: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_KINDS),
+        description="the kinds written (a JSON list); the default, those at precision 0.9 or "
+        "more on bench/extraction.py's labelled turns: every kind but `mentions`",
+    )
 
     # Promotion.
     dense_context_turns: int = Field(
@@ -603,6 +615,14 @@ class Settings(BaseSettings):
         for name, share in value.items():
             if not 0 <= share <= 1:
                 raise ValueError(f"the share of {name!r} must lie in [0, 1], not {share}")
+        return value
+
+    @field_validator("offline_extraction_kinds")
+    @classmethod
+    def _known_kinds(cls, value: list[str]) -> list[str]:
+        unknown = [k for k in value if k not in KINDS]
+        if unknown:
+            raise ValueError(f"unknown kinds {', '.join(unknown)}; known: {', '.join(KINDS)}")
         return value
 
     @field_validator("relevance_weights")

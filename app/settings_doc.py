@@ -85,7 +85,11 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "Optional: any OpenAI-compatible chat completions endpoint; unset, heuristics only.",
         ("llm_",),
     ),
-    ("Facts", "With an LLM ([facts.md](facts.md)).", ("extract_facts", "fact_")),
+    (
+        "Facts",
+        "With an LLM, and without one by patterns ([facts.md](facts.md)).",
+        ("extract_facts", "fact_", "offline_extraction"),
+    ),
     ("Jobs", "Durable background work and schedules ([jobs.md](jobs.md)).", ("job_", "erasure_")),
     (
         "Recall ranking",

@@ -33,6 +33,7 @@ from app.services.context_cache import ContextCache
 from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
 from app.services.graph import GraphService
+from app.services.graph_extraction import GraphBackfill, GraphExtraction
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
@@ -103,7 +104,15 @@ class Container:
             forgetting=s.forgetting,
             promote=promote,
             fact_extractor=self.fact_extractor,
+            graph_backfill=self._graph_backfill(),
         )
+
+    def _graph_backfill(self) -> GraphBackfill | None:
+        """The `graph` maintenance task's, where no LLM extracts."""
+        extraction = graph_extraction(self.resources, force=True)
+        if extraction is None:
+            return None
+        return GraphBackfill(self.resources.db, extraction, self.reindexer)
 
 
 @contextlib.asynccontextmanager
@@ -198,6 +207,15 @@ def build_container(resources: Resources) -> Container:
     )
 
 
+def graph_extraction(resources: Resources, *, force: bool = False) -> GraphExtraction | None:
+    """Offline extraction (app/core/entities.py) where no LLM extracts: a promoted turn's
+    graph and profile by patterns, unless turned off (`force`: the `graph` task asked)."""
+    s = resources.settings
+    if resources.llm is not None or not (s.offline_extraction or force):
+        return None
+    return GraphExtraction(resources.vectors, s.offline_extraction_kinds)
+
+
 def _extracts_facts(resources: Resources) -> bool:
     """Without an LLM (or with extraction turned off) nothing is extracted."""
     return resources.llm is not None and resources.settings.extract_facts
@@ -236,6 +254,7 @@ def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None 
         stop=stop,
         signals=r.signals,
         extract_facts=_extracts_facts(r),
+        graph=graph_extraction(r),
         warm_scoring=r.settings.run_worker_in_process,
         clock=r.clock,
     )

@@ -10,6 +10,7 @@ from app.jobs.forgetting import PromotePass
 from app.jobs.registry import Registry
 from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
+from app.services.graph_extraction import GraphBackfill
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
 from app.services.users import ErasureService
@@ -27,6 +28,7 @@ def build_registry(
     forgetting: ForgettingService | None = None,
     promote: PromotePass | None = None,
     fact_extractor: FactExtractor | None = None,
+    graph_backfill: GraphBackfill | None = None,
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
     service, the reindexer or the erasure service (a test, a tool, a process without the
@@ -50,6 +52,7 @@ def build_registry(
                 summaries=summary_service,
                 reindexer=reindexer,
                 promote=promote,
+                graph=graph_backfill,
                 clock=forgetting.clock,
             )
     if fact_extractor is not None:  # only with an LLM: without one nothing is extracted

@@ -14,6 +14,7 @@ from typing import Any
 from app.core.clock import Clock, utc_now
 from app.jobs.registry import SYSTEM_TENANT, JobContext, Registry
 from app.services.forgetting import ForgettingService
+from app.services.graph_extraction import GraphBackfill
 from app.services.maintenance import MAINTENANCE
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
@@ -45,6 +46,7 @@ def register_maintenance(
     summaries: SummaryService,
     reindexer: Reindexer,
     promote: PromotePass | None,
+    graph: GraphBackfill | None = None,
     clock: Clock = utc_now,
 ) -> None:
     async def maintenance(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
@@ -90,6 +92,12 @@ def register_maintenance(
                 "passes": passes,
                 **({"promoted": promoted} if tenant_id is None else {}),
             }
+        if task == "graph":
+            if graph is None:
+                raise RuntimeError("an LLM extracts this service's graph: re-run its extraction")
+            # Offline extraction over what was promoted before (docs/facts.md).
+            result = await graph.run(tenant_id, user_id, dry_run=dry_run)
+            return {"task": task, **result}
         raise ValueError(f"unknown maintenance task {task!r}")
 
     registry.add(MAINTENANCE, maintenance)

@@ -54,13 +54,13 @@ class ForgettingPolicyPatch(StrictModel):
     grace_days: float | None = Field(default=None, ge=0, le=3650)
 
 
-MaintenanceTask = Literal["promote", "summarize", "forget", "reindex"]
+MaintenanceTask = Literal["promote", "summarize", "forget", "reindex", "graph"]
 
 
 class MaintenanceRequest(StrictModel):
     task: MaintenanceTask
     user_id: Identifier | None = Field(
-        default=None, description="forget and reindex: only this user's memories"
+        default=None, description="forget, reindex and graph: only this user's memories"
     )
     dry_run: bool = Field(
         default=False, description="report what the task would do; change nothing"

@@ -341,3 +341,79 @@ async def detach(
             Entity.id.not_in(named),
         )
     )
+
+
+async def current_of(
+    tx: AsyncSession, tenant_id: str, user_id: str, subject_id: uuid.UUID, predicate: str
+) -> list[Relation]:
+    """The subject's current relations of a predicate, locked in id order: a single-valued
+    one's newer statement ends them (offline extraction, app/services/graph_extraction.py)."""
+    stmt = (
+        sa.select(Relation)
+        .where(
+            Relation.tenant_id == tenant_id,
+            Relation.user_id == user_id,
+            Relation.subject_id == subject_id,
+            Relation.predicate == predicate,
+            _current(None),
+        )
+        .order_by(Relation.id)
+        .with_for_update()
+    )
+    return list((await tx.execute(stmt)).scalars().all())
+
+
+async def end_relations(
+    tx: AsyncSession, tenant_id: str, ends: Sequence[tuple[uuid.UUID, datetime]]
+) -> None:
+    """Each relation stops holding at its time; the row stays (history, `as_of`)."""
+    for relation_id, at in ends:
+        await tx.execute(
+            sa.update(Relation)
+            .where(Relation.tenant_id == tenant_id, Relation.id == relation_id)
+            .values(valid_to=at)
+        )
+
+
+async def known_names(
+    tx: AsyncSession, tenant_id: str, user_id: str, keys: Sequence[str]
+) -> dict[str, str]:
+    """What these name keys are in the user's graph (`app.core.entities.resolve`): an
+    entity's own key -> its name; a one-word key -> the people whose name starts or ends
+    with that word; an alias's key (`also_known_as`) -> the name of the entity it is of."""
+    if not keys:
+        return {}
+    words = [k for k in keys if " " not in k]
+    match = [Entity.name_key.in_(list(keys))]
+    for w in words:
+        escaped = _like_escape(w)
+        match.append(Entity.name_key.like(f"{escaped} %", escape="\\"))
+        match.append(Entity.name_key.like(f"% {escaped}", escape="\\"))
+    found: dict[str, str] = {}
+    scope = (Entity.tenant_id == tenant_id, Entity.user_id == user_id)
+    stmt = sa.select(Entity.name_key, Entity.name, Entity.entity_type).where(*scope, sa.or_(*match))
+    for key, name, kind in (await tx.execute(stmt.limit(1000))).all():
+        if key in keys or kind == "person":
+            found[key] = name
+    subject = sa.orm.aliased(Entity)
+    alias = sa.orm.aliased(Entity)
+    aliases = (
+        sa.select(alias.name_key, subject.name)
+        .select_from(Relation)
+        .join(subject, subject.id == Relation.subject_id)
+        .join(alias, alias.id == Relation.object_id)
+        .where(
+            Relation.tenant_id == tenant_id,
+            Relation.user_id == user_id,
+            Relation.predicate == "also_known_as",
+            _current(None),
+            subject.tenant_id == tenant_id,
+            subject.user_id == user_id,
+            alias.tenant_id == tenant_id,
+            alias.user_id == user_id,
+            alias.name_key.in_(list(keys)),
+        )
+    )
+    for key, name in (await tx.execute(aliases)).all():
+        found[key] = name
+    return found

@@ -4,6 +4,7 @@ messages are named by (tenant, user, session id), as the session is."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -11,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.stores.models import Message
+from app.stores.models import Message, Session
 
 # SQLite's default limit is 32,766 bound parameters; 10 columns a row keeps inserts under it.
 _INSERT_CHUNK = 500
@@ -170,3 +171,43 @@ async def last_of_role(
         stmt = stmt.where(Message.created_at <= until)
     stmt = stmt.order_by(Message.seq.desc()).limit(1)
     return (await tx.execute(stmt)).scalar_one_or_none()
+
+
+@dataclass(frozen=True, slots=True)
+class PromotedTurn:
+    message: Message
+    incarnation: str  # its session's (the ids of what was extracted from it are named by it)
+
+
+async def promoted_user_turns(
+    tx: AsyncSession,
+    tenant_id: str | None,
+    user_id: str | None,
+    *,
+    after: tuple[str, str, str, int] | None,
+    limit: int,
+) -> list[PromotedTurn]:
+    """User turns already promoted (seq at most their session's `indexed_seq`), of a tenant
+    (None: every tenant) and a user (None: every user), in key order after `after`
+    ((tenant, user, session, seq), a keyset): the `graph` maintenance task's pages."""
+    stmt = (
+        sa.select(Message, Session)
+        .join(
+            Session,
+            sa.and_(
+                Session.tenant_id == Message.tenant_id,
+                Session.user_id == Message.user_id,
+                Session.id == Message.session_id,
+            ),
+        )
+        .where(Message.role == "user", Message.seq <= Session.indexed_seq)
+    )
+    if tenant_id is not None:
+        stmt = stmt.where(Message.tenant_id == tenant_id)
+    if user_id is not None:
+        stmt = stmt.where(Message.user_id == user_id)
+    key = (Message.tenant_id, Message.user_id, Message.session_id, Message.seq)
+    if after is not None:
+        stmt = stmt.where(sa.tuple_(*key) > sa.tuple_(*after))
+    rows = (await tx.execute(stmt.order_by(*key).limit(limit))).all()
+    return [PromotedTurn(m, s.incarnation) for m, s in rows]

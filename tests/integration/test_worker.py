@@ -25,8 +25,14 @@ from tests.conftest import Running, full_settings, post_messages, recall, turn
 async def idle_app(
     pg_databases: Callable[[], Awaitable[str]], start_app: Callable[..., Any]
 ) -> AsyncIterator[Running]:
-    """PostgreSQL + Redis with no worker running: the test drives promotion itself."""
-    settings = full_settings(await pg_databases(), worker_in_process=False, worker_batch_messages=7)
+    """PostgreSQL + Redis with no worker running: the test drives promotion itself. The
+    memories counted are the turns' alone: no profile facts extracted beside them."""
+    settings = full_settings(
+        await pg_databases(),
+        worker_in_process=False,
+        worker_batch_messages=7,
+        offline_extraction=False,
+    )
     async with start_app(settings) as running:
         yield running
 

@@ -63,7 +63,11 @@ def test_the_issue_turns() -> None:
         ),
         (
             "我住在上海，在腾讯做产品经理。",
-            {(USER, "lives_in", "上海"), (USER, "works_at", "腾讯"), (USER, "works_as", "产品经理")},
+            {
+                (USER, "lives_in", "上海"),
+                (USER, "works_at", "腾讯"),
+                (USER, "works_as", "产品经理"),
+            },
         ),
         (
             "My sister Clara moved to Toronto. She works at Shopify.",
