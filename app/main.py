@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from app import logs, malloc
+from app import console, logs, malloc
 from app import mcp as strata_mcp
 from app.api import (
     admin,
@@ -161,4 +161,5 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         graph,
     ):
         app.include_router(module.router)
+    app.include_router(console.router)  # /console: pages, not in the OpenAPI (docs/console.md)
     return app

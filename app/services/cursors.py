@@ -93,3 +93,14 @@ def one_int(cursor: str | None, *, low: int = 0, high: int = 2**63 - 1) -> int |
         raise InvalidCursor()
     value: int = parts[0]
     return value
+
+
+def one_str(cursor: str | None) -> str | None:
+    """A cursor of one non-empty string (an id: users, sessions)."""
+    if not cursor:
+        return None
+    parts = decode_cursor(cursor)
+    if len(parts) != 1 or not isinstance(parts[0], str) or not parts[0] or "\x00" in parts[0]:
+        raise InvalidCursor()
+    value: str = parts[0]
+    return value

@@ -406,3 +406,19 @@ async def save_profile(
         .where(User.tenant_id == tenant_id, User.id == user_id)
         .values(profile=attributes)
     )
+
+
+# The tenant's users, for the console (app/console).
+
+
+async def tenant_users_page(
+    tx: AsyncSession, tenant_id: str, *, prefix: str | None, after: str | None, limit: int
+) -> list[User]:
+    """The tenant's users in id order from after `after`, those whose id starts with
+    `prefix` only: one seek on the (tenant_id, id) key."""
+    stmt = sa.select(User).where(User.tenant_id == tenant_id)
+    if prefix:
+        stmt = stmt.where(User.id.startswith(prefix, autoescape=True))
+    if after is not None:
+        stmt = stmt.where(User.id > after)
+    return list((await tx.execute(stmt.order_by(User.id).limit(limit))).scalars().all())
