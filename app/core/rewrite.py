@@ -1,17 +1,21 @@
 """Query rewriting without an LLM: a follow-up that leans on the conversation ("what about
 her?", 「那摔伤算吗？」) becomes a standalone query from the session's last turns.
 
-The heuristic, in two steps, Chinese and English alike:
+The heuristic, in three steps, Chinese and English alike:
 1. Does the query depend on the conversation? It does when it holds a pronoun or a
    demonstrative (it/that/this/they/he/she/her/those/one; 它/他/她/这/那/这个/那个/这些/他们…)
    or opens or closes as an ellipsis ("what about …", "and …?", 「那…」, 「…呢？」).
    Anything else is self-contained and returned unchanged.
-2. The salient terms of the recent turns: names and nouns (jieba's part-of-speech tags for
+2. The entity a reference points at, from the entities the recent turns name
+   (`app.core.entities`' mentions, a relative, what something is called): she/he/她/他 the
+   newest person, there/那里 the newest place, it/它/这个 the newest other entity; a first
+   name the turns give in full is written in full ("Lena" → "Lena Park", `full_names`).
+3. The salient terms of the recent turns: names and nouns (jieba's part-of-speech tags for
    Chinese; capitalised words and content words for English), weighted by how recent the
-   turn is and how often the term recurs, user turns above assistant turns. A personal
-   pronoun is resolved to the most salient name when there is one; otherwise the query is
-   expanded with the top terms, which is what recall needs (both the lexical and the dense
-   ranking then see the subject the user left out).
+   turn is and how often the term recurs (the topic the turns come back to, 意外险 in
+   意外身故 and 意外医疗), user turns above assistant turns. A resolved query takes the top
+   ones after the entity; an unresolved one is expanded with them, which is what recall
+   needs (both the lexical and the dense ranking then see the subject the user left out).
 
 Pure functions, no I/O: the rewrite service feeds them the turns it read.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
@@ -34,7 +38,8 @@ _EN_ANAPHORA = _EN_PERSONAL | frozenset(
     {"it", "its", "that", "this", "these", "those", "one", "ones", "there", "same"}
 )
 _EN_ELLIPSIS = re.compile(
-    r"^\s*(and|also|what about|how about|what if|same for|then|so)\b", re.IGNORECASE
+    r"^\s*(and|also|what about|how about|what if|same for|then|so)\b|\bagain\s*\??\s*$",
+    re.IGNORECASE,
 )
 _ZH_PERSONAL = ("他们", "她们", "他", "她")
 _ZH_ANAPHORA = re.compile(r"[它他她这那此]")
@@ -161,6 +166,7 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
             out.append((word, 2.0 if tag in ("nr", "ns", "nt", "nz", "eng") else 1.0))
         return out
     for sentence in re.split(r"(?<=[.!?])\s+", text):
+        alone = len(_WORD.findall(sentence)) == 1  # "Fun!", "Exciting!": no name
         for i, match in enumerate(_WORD.finditer(sentence)):
             word = match.group(0).strip("'-")
             lower = word.lower()
@@ -175,7 +181,7 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
             # "Exciting!" or "Noted."): common words were filtered above, and inflected
             # forms are taken for ordinary words.
             ordinary = lower.endswith(("ing", "ed", "es"))
-            name = word[0].isupper() and (i > 0 or not ordinary)
+            name = word[0].isupper() and (i > 0 or not (ordinary or alone))
             out.append((word if name else lower, 2.0 if name else 1.0))
     return out
 
@@ -197,6 +203,12 @@ def salient_terms(turns: Sequence[Turn], *, exclude: str = "", k: int = MAX_TERM
                 continue  # the query says it already
             scores[term] += weight * recency * speaker
             first_seen.setdefault(term, len(first_seen))
+    # The topic recurs: a term the other turns come back to (意外险 in 意外身故 and 意外医疗,
+    # by its first two characters) outweighs the details the newest turn lists.
+    texts = [t.content for t in recent]
+    for term in scores:
+        stem = term[:2] if _CJK.search(term) and len(term) >= 3 else term
+        scores[term] += 0.5 * max(0, sum(stem in text for text in texts) - 1)
     ranked = sorted(scores, key=lambda t: (-scores[t], first_seen[t]))
     if not ranked:
         return []
@@ -244,21 +256,36 @@ def _is_name(term: str) -> bool:
 
 
 def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
-    """The standalone form of `query` given the session's turns (newest last)."""
+    """The standalone form of `query` given the session's turns (newest last): a first name
+    the turns give in full is written in full ("Lena" → "Lena Park"); a pronoun is replaced
+    by the entity it refers to (`resolve_reference`); otherwise a query that leans on the
+    turns takes their salient terms."""
+    asked = query
+    query, full = full_names(query, turns)
     if not needs_context(query):
-        return Rewrite(query, query, False, "none")
+        if full:
+            return Rewrite(asked, query, True, "heuristic", tuple(full))
+        return Rewrite(asked, query, False, "none")
     terms = salient_terms(turns, exclude=query)
+    reference = resolve_reference(query, turns)
+    if reference is not None:
+        text, name = reference
+        rest = [t for t in terms if t.lower() not in text.lower()][:2]
+        rewritten = f"{text} {' '.join(rest)}".strip()
+        return Rewrite(asked, rewritten, True, "heuristic", (name, *rest))
     if not terms:
-        return Rewrite(query, query, False, "none")
+        if full:
+            return Rewrite(asked, query, True, "heuristic", tuple(full))
+        return Rewrite(asked, query, False, "none")
     names = [t for t in terms if _is_name(t) and _person_like(t, turns)]
     if names:
         resolved = _resolve_person(query, names[0])
         if resolved is not None:
             rest = [t for t in terms if t != names[0]][:1]
             rewritten = f"{resolved} {' '.join(rest)}".strip()
-            return Rewrite(query, rewritten, True, "heuristic", (names[0], *rest))
+            return Rewrite(asked, rewritten, True, "heuristic", (names[0], *rest))
     rewritten = f"{query.rstrip()} {' '.join(terms)}"
-    return Rewrite(query, rewritten, True, "heuristic", tuple(terms))
+    return Rewrite(asked, rewritten, True, "heuristic", tuple(terms))
 
 
 def _person_like(term: str, turns: Sequence[Turn]) -> bool:
@@ -271,3 +298,132 @@ def _person_like(term: str, turns: Sequence[Turn]) -> bool:
             for word, tag in _pos_cut(t.content)
         )
     return term[:1].isupper()
+
+
+# What a pronoun stands for, by the kind of entity (`entities.Mention.kind`): a person for
+# she/he/她/他, a place for there/那里, anything but a person for it/它/这个.
+_EN_PERSON = re.compile(r"\b(she|he|her|him|his|hers)\b", re.IGNORECASE)
+_EN_PLACE = re.compile(r"\bthere\b", re.IGNORECASE)
+_EN_THING = re.compile(r"\b(it|its)\b", re.IGNORECASE)
+_ZH_PERSON = re.compile(r"[她他](?![们])")
+_ZH_PLACE = re.compile(r"那里|那儿|那边|这里|这儿|这边")
+_ZH_THING = re.compile(r"它(?![们])|这个|那个")
+# A pet or a thing the user names: "叫旺财", "a beagle named Biscuit".
+_ZH_CALLED = re.compile(r"(?:名叫|叫做|叫|名字是)([\u4e00-\u9fff]{2,4}?)(?=[，。！？,.!?\s]|$)")
+_EN_CALLED = re.compile(r"\b(?:named|called)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
+# A relative the user names by the relation alone: "my sister", 我妈妈.
+_EN_RELATIVE = re.compile(
+    r"\bmy\s+(?:mom|mum|mother|dad|father|sister|brother|wife|husband|son|daughter|"
+    r"grandma|grandmother|grandpa|grandfather|aunt|uncle|boss|girlfriend|boyfriend)\b",
+    re.IGNORECASE,
+)
+_ZH_RELATIVE = re.compile(
+    r"(?:我|我的)(妈妈|妈|爸爸|爸|姐姐|妹妹|哥哥|弟弟|老婆|老公|女儿|儿子|奶奶|爷爷|外婆|外公|"
+    r"老板|女朋友|男朋友)"
+)
+_ZH_TIME_WORD = re.compile(r"^[上下这今明昨本每][周月年天星]|[周月年天号]$")
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    name: str
+    kind: str | None  # person, place, organisation, pet, … (None: not known)
+
+
+def recent_entities(turns: Sequence[Turn]) -> list[_Named]:
+    """The entities the recent turns name, newest first (`app.core.entities`' mentions,
+    the relatives a turn names, and what a turn says something is called)."""
+    out: dict[str, _Named] = {}
+    recent = [t for t in turns if t.role in ("user", "assistant")][-RECENT_TURNS:]
+    for turn in reversed(recent):
+        for named in _named_in(turn.content):
+            out.setdefault(named.name.lower(), named)
+    return list(out.values())
+
+
+@text_memo(1 << 20, value_bytes=lambda found: 100 * len(found))
+def _named_in(text: str) -> tuple[_Named, ...]:
+    """The entities one turn names, once per text (context rewrites again at the next turn)."""
+    from app.core import entities  # its patterns load with it; a rewrite needs them rarely
+
+    found = [
+        _Named(m.name, m.kind)
+        for m in entities.extract(text).mentions
+        if not _ZH_TIME_WORD.search(m.name) and m.name.lower() not in _EN_CALENDAR
+    ]
+    found += [_Named(m.group(1), "pet") for m in _ZH_CALLED.finditer(text)]
+    found += [_Named(m.group(1), "person") for m in _ZH_RELATIVE.finditer(text)]
+    found += [_Named(m.group(0).lower(), "person") for m in _EN_RELATIVE.finditer(text)]
+    found += [_Named(m.group(1), "pet") for m in _EN_CALLED.finditer(text)]
+    return tuple(found)
+
+
+def resolve_reference(query: str, turns: Sequence[Turn]) -> tuple[str, str] | None:
+    """(the query with its pronoun replaced by the entity it refers to, that entity), or
+    None: she/he/她/他 the newest person the turns name, there/那里 the newest place, it/它/
+    这个 the newest entity that is neither (a pet, a hotel, a company)."""
+    named = recent_entities(turns)
+    if not named:
+        return None
+    # An entity named in the query's own script first: an English question refers back to
+    # "Lisbon" rather than to 海鲜 (which jieba tags a place), and the other way round.
+    chinese = bool(_CJK.search(query))
+    named.sort(key=lambda n: bool(_CJK.search(n.name)) != chinese)
+    rules: tuple[tuple[re.Pattern[str], Callable[[_Named], bool], bool], ...] = (
+        (_ZH_PERSON, lambda n: n.kind == "person", False),
+        (_ZH_PLACE, lambda n: n.kind == "place", False),
+        (_ZH_THING, lambda n: n.kind not in ("person", "place"), False),
+        (_EN_PERSON, lambda n: n.kind == "person" or (n.kind is None and " " in n.name), True),
+        (
+            _EN_PLACE,
+            lambda n: (
+                n.kind in ("place", "organisation") or (n.kind is None and n.name[:1].isupper())
+            ),
+            True,
+        ),
+        (_EN_THING, lambda n: n.kind not in ("person", "place"), True),
+    )
+    for pattern, fits, english in rules:
+        match = pattern.search(query)
+        if match is None:
+            continue
+        target = next((n for n in named if fits(n)), None)
+        if target is None:
+            continue
+        word = match.group(0).lower()
+        name = target.name
+        if english and word in ("his", "hers", "its"):
+            replacement = f"{name}'s"
+        elif english and word == "there":
+            replacement = (
+                f"in {name}" if not re.search(r"\b(?:in|at|to)\s+there\b", query) else name
+            )
+        else:
+            replacement = name
+        return query[: match.start()] + replacement + query[match.end() :], name
+    return None
+
+
+def full_names(query: str, turns: Sequence[Turn]) -> tuple[str, list[str]]:
+    """The query with each first name that the turns give in full written in full ("Lena" →
+    "Lena Park", one full name only), and the full names it used."""
+    named = [n.name for n in recent_entities(turns) if " " in n.name]
+    used: list[str] = []
+
+    def full(match: re.Match[str]) -> str:
+        word = match.group(0)
+        if (
+            query[match.end() :]
+            .lstrip()
+            .startswith(tuple(n.split()[1] for n in named if n.split()[0] == word))
+        ):
+            return word  # already in full
+        options = {n for n in named if n.split()[0] == word}
+        if len(options) != 1:
+            return word
+        name = options.pop()
+        used.append(name)
+        return name
+
+    out = re.sub(r"\b[A-Z][a-z]+\b", full, query) if named else query
+    return out, used

@@ -206,12 +206,84 @@ def test_the_tagger_cuts_each_turn_once_however_often_the_rewrite_asks(
 
     monkeypatch.setattr(tagger, "cut", counting_cut)
     rewrite._pos_cut.clear()
+    rewrite._named_in.clear()
     turns = [
         Turn("user", "我姐姐小雨和她的朋友王芳下周来北京。"),
         Turn("assistant", "太好了！小雨和王芳住在哪里？"),
     ]
     first = heuristic_rewrite("她们喜欢什么？", turns)
+    cut_once = list(cut_texts)
     again = heuristic_rewrite("她们喜欢什么？", turns)
     assert first == again
     assert first.changed
-    assert sorted(cut_texts) == sorted({t.content for t in turns})
+    # Each turn whole (its terms) and sentence by sentence (its entities), once.
+    assert {t.content for t in turns} <= set(cut_once)
+    assert len(cut_once) == len(set(cut_once))
+    assert cut_texts == cut_once  # the second rewrite tagged nothing
+
+
+def test_pronouns_and_first_names_resolve_to_the_entity_the_turns_name() -> None:
+    """Issue 40: the entity a pronoun or a first name refers to, not words appended."""
+    u, a = "user", "assistant"
+    cases = [
+        (
+            [Turn(u, "My sister Anna just moved to Berlin."), Turn(a, "How exciting!")],
+            "Where does she work?",
+            "Where does Anna work?",
+        ),
+        (
+            [
+                Turn(u, "I met Lena Park at the conference, she runs a design studio."),
+                Turn(a, "Sounds like a great contact!"),
+            ],
+            "What does Lena do?",
+            "What does Lena Park do?",
+        ),
+        (
+            [Turn(u, "We are staying at the Hotel Miramar next week."), Turn(a, "Lovely!")],
+            "does it have a pool?",
+            "does Hotel Miramar have a pool?",
+        ),
+        (
+            [Turn(u, "We went to Kyoto in April."), Turn(a, "Nice!")],
+            "What did we eat there?",
+            "What did we eat in Kyoto?",
+        ),
+        (
+            [Turn(u, "我家的狗叫旺财，今年三岁了。"), Turn(a, "好可爱！")],
+            "它喜欢吃什么？",
+            "旺财喜欢吃什么？",
+        ),
+        (
+            [Turn(u, "我们去了杭州西湖。"), Turn(a, "好的。")],
+            "那里有什么好吃的？",
+            "杭州有什么好吃的？",
+        ),
+        (
+            [Turn(u, "我妈妈下周去协和医院做检查。"), Turn(a, "希望一切顺利。")],
+            "她几点到？",
+            "妈妈几点到？",
+        ),
+    ]
+    for turns, query, expected in cases:
+        r = heuristic_rewrite(query, turns)
+        assert r.changed, query
+        assert r.rewritten.startswith(expected), (query, r.rewritten)
+
+
+def test_an_elliptic_follow_up_keeps_the_topic_of_the_last_turns() -> None:
+    """DESIGN.md §4.2: "那摔伤算吗？" after turns about the user's 意外险 keeps 意外险, though
+    the newest turn lists its cover (身故, 保额, 医疗) without naming it."""
+    u, a = "user", "assistant"
+    insurance = [
+        Turn(u, "我买了一份意外险，叫畅游尊享版。"),
+        Turn(a, "畅游尊享版，意外身故/伤残保额100万元，意外医疗也包含在内。"),
+    ]
+    r = heuristic_rewrite("那摔伤算吗？", insurance)
+    assert r.rewritten.split()[:2] == ["那摔伤算吗？", "意外险"], r.rewritten
+    clinic = [Turn(u, "我想去北京协和医院看急诊。"), Turn(a, "急诊在东院。")]
+    assert "协和医院" in heuristic_rewrite("那门诊呢？", clinic).rewritten
+    hotel = [Turn(u, "I booked the Grand Hotel in Lisbon for five nights."), Turn(a, "Great.")]
+    again = heuristic_rewrite("how many nights again?", hotel)
+    assert again.changed
+    assert "Grand Hotel" in again.rewritten
