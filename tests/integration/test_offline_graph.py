@@ -181,3 +181,26 @@ async def test_the_graph_task_extracts_what_was_promoted_before(
             "The user is vegetarian."
         ]
         assert job["result"]["relations"] == 0  # the second run: all there already
+
+
+async def test_names_merge_per_user(running: Running, ids: Callable[[str], str]) -> None:
+    """ "Rui" is "Su Rui" once the user named Su Rui; "Xiaotang" is 晓棠 once linked."""
+    user, session = ids("ana"), ids("session")
+    await post_messages(
+        running,
+        session,
+        user,
+        [turn("My colleague Su Rui joined the team."), turn("我妹妹晓棠也叫Xiaotang。")],
+    )
+    await post_messages(
+        running,
+        session,
+        user,
+        [turn("My colleague Rui lives in Shanghai."), turn("My sister Xiaotang moved to Nanjing.")],
+    )
+    assert ("Su Rui", "lives_in", "Shanghai") in await relations(running, user, "Su Rui")
+    assert ("晓棠", "lives_in", "Nanjing") in await relations(running, user, "晓棠")
+    mine = await relations(running, user, "user")
+    assert ("user", "colleague", "Rui") not in mine
+    assert ("user", "sister", "Xiaotang") not in mine
+    assert await entity_names(running, user, "Rui") == ["Su Rui"]
