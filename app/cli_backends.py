@@ -18,7 +18,7 @@ import httpx
 from pydantic import ValidationError
 
 from app.datalock import DataDirBusy, DataDirLock
-from app.errors import AppError
+from app.errors import AppError, InvalidInput
 from app.schemas.forgetting import MaintenanceRequest
 from app.schemas.ingest import IngestRequest, MessageIn, SessionUpsert
 from app.schemas.keys import KeyCreate
@@ -64,7 +64,7 @@ class Backend(Protocol):
 
 def _validation(exc: ValidationError) -> CliError:
     errors = [{"field": ".".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()]
-    return CliError("invalid input", "validation_error", errors)
+    return CliError("invalid input", InvalidInput.code, errors)
 
 
 @contextlib.contextmanager

@@ -68,7 +68,15 @@ def _messages(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _paused(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     """`strata import` stopped at its hidden pause, between two confirmed batches."""
-    proc = subprocess.Popen([*STRATA, *args], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*STRATA, *args],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        # As in a terminal: a run started in the background (CI) inherits SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:  # ends at EOF if the process exits without pausing
