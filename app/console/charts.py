@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-WIDTH, HEIGHT, PAD = 640.0, 240.0, 32.0
+WIDTH, HEIGHT, PAD = 960.0, 260.0, 32.0
 STEPS = 48
 
 
