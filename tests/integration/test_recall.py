@@ -221,7 +221,7 @@ async def test_the_readme_example_finds_the_fact_first(
 async def test_a_fact_ranks_above_the_filler_that_answered_it(
     running: Running, ids: Callable[[str], str]
 ) -> None:
-    """A reaction ("Congrats! Puppies are a lot of work.", 好可爱的名字！) is indexed with
+    """A reaction ("That sounds delicious.", 好可爱的名字！) is indexed with
     the turn before it and scored as close to a question on its topic as the fact was, or
     closer: it is damped (`ranking.filler`), so the fact comes first and keeps the higher
     relevance, with the defaults."""
@@ -229,11 +229,11 @@ async def test_a_fact_ranks_above_the_filler_that_answered_it(
     cases = [
         (
             [
-                turn("We got a beagle puppy last week, his name is Biscuit.", id="fact"),
-                turn("Congrats! Puppies are a lot of work.", "assistant", id="filler"),
-                turn("tell me about it lol", id="lol"),
+                turn("My favourite food is definitely my grandma's lasagna", id="fact"),
+                turn("That sounds delicious.", "assistant", id="filler"),
+                turn("it is!!", id="lol"),
             ],
-            "What kind of dog do we have?",
+            "What's my favorite dish?",
         ),
         (
             [
