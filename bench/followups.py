@@ -3,8 +3,8 @@
 Each follow-up in `bench/data/followups.json` is asked as the next user turn of its session
 ("那摔伤算吗？", "what about the second one?"), after the user's conversations are ingested
 (`wait=true`). Every follow-up is recalled over all of the user's memories (`top_k=10`,
-`reinforce=false`, no `session_id`: in recall it narrows to that session, and a follow-up's
-answer is mostly in an earlier one) under four conditions, in one run:
+`reinforce=false`; recall's `session_id` no longer narrows, but the conditions below are
+measured as they were, on the question each sends) under four conditions, in one run:
 
 - `off`: the question as asked, `rewrite: off`;
 - `auto`: the question rewritten by `POST /v1/rewrite` with its `session_id` (the heuristic
