@@ -30,6 +30,7 @@ from app.jobs.registry import Registry
 from app.resources import Resources, open_resources
 from app.services.context import ContextService, stored_size
 from app.services.context_cache import ContextCache
+from app.services.directory import DirectoryService
 from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
 from app.services.graph import GraphService
@@ -76,6 +77,7 @@ class Services:
     maintenance: MaintenanceService
     profile: ProfileService
     graph: GraphService
+    directory: DirectoryService  # the console's lists (app/console)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,7 @@ def build_container(resources: Resources) -> Container:
         maintenance=MaintenanceService(jobs),
         profile=profile,
         graph=GraphService(r.db),
+        directory=DirectoryService(r.db),
     )
     return Container(
         resources=r,

@@ -24,6 +24,7 @@ from app.core.auth import (
 from app.errors import InsufficientScope, LoopbackOnly, UnsupportedMediaType, UserNotAllowed
 from app.schemas.common import ID_PATTERN, ID_RULES
 from app.services.context import ContextService
+from app.services.directory import DirectoryService
 from app.services.forgetting import ForgettingService
 from app.services.graph import GraphService
 from app.services.health import HealthService
@@ -196,6 +197,7 @@ ForgettingDep = Annotated[ForgettingService, Depends(service("forgetting"))]
 MaintenanceDep = Annotated[MaintenanceService, Depends(service("maintenance"))]
 ProfileDep = Annotated[ProfileService, Depends(service("profile"))]
 GraphDep = Annotated[GraphService, Depends(service("graph"))]
+DirectoryDep = Annotated[DirectoryService, Depends(service("directory"))]
 
 SessionIdPath = Annotated[
     str,

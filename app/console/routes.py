@@ -74,7 +74,7 @@ class Who:
 
     @property
     def directory(self) -> DirectoryService:
-        return DirectoryService(self.services.memories.db)
+        return self.services.directory
 
 
 Build = Callable[[Who], Awaitable[Response]]

@@ -19,7 +19,7 @@ async def test_the_users_of_a_tenant_come_in_id_order_a_page_at_a_time(
     for user in reversed(users):
         await post_messages(running, "s", user, [turn("hello")])
     await post_messages(running, "s", ids("other"), [turn("hello")])
-    directory = DirectoryService(running.resources.db)
+    directory: DirectoryService = running.state["services"].directory
     seen: list[str] = []
     cursor = None
     for _ in range(5):
