@@ -329,3 +329,20 @@ def test_filler_is_a_reaction_that_states_nothing() -> None:
     ]
     assert [t for r, t in fillers if not ranking.filler(r, t)] == []
     assert [t for r, t in statements if ranking.filler(r, t)] == []
+
+
+def test_an_update_said_in_everyday_words_states_a_change() -> None:
+    """Issue 40's updated facts: the newer statement goes above the one it replaces."""
+    updates = [
+        "they just bumped it to 52, annoying",
+        "The doctor raised it to 40mg last week.",
+        "we went with Rocky in the end",
+        "new email: lina.work@gmail.com, use this one",
+        "更新一下：我已经跳槽去字节了",
+        "换号了，新号码是139 1111 5678",
+        "最后还是叫了可乐",
+        "密码改了，现在是 moonlight66",
+    ]
+    assert [t for t in updates if not ranking.states_change(t)] == []
+    assert not ranking.states_change("my gym membership is 45 a month")
+    assert not ranking.states_change("我的手机号是138 0000 1234")
