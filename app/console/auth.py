@@ -21,7 +21,7 @@ import secrets
 from starlette.requests import Request
 
 from app.core.auth import Principal, format_scopes, is_loopback
-from app.errors import InsufficientScope, LoopbackOnly, Unauthorized, UserNotAllowed
+from app.errors import InsufficientScope, LoopbackOnly, UserNotAllowed
 from app.services.keys import KeyService
 
 COOKIE = "strata_console"
@@ -65,15 +65,3 @@ def require(principal: Principal, scope: str, user_id: str | None = None) -> Non
         raise InsufficientScope(scope, format_scopes(principal.scopes))
     if principal.user_id is not None and user_id is not None and user_id != principal.user_id:
         raise UserNotAllowed(f"this key is bound to user {principal.user_id!r}, not {user_id!r}")
-
-
-__all__ = [
-    "COOKIE",
-    "PATH",
-    "Unauthorized",
-    "csrf_ok",
-    "csrf_token",
-    "identify",
-    "new_anchor",
-    "require",
-]

@@ -93,3 +93,26 @@ async def test_every_page_of_a_user_renders(running: Running, ids: Callable[[str
     )
     assert "must not lie more than 5 minutes in the future" in future.text  # shown, not a 500
     running.client.cookies.clear()
+
+
+async def test_erasing_a_user_from_the_console_leaves_nothing_listed(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    user = ids("erase")
+    await post_messages(running, "s1", user, [turn("Forget all of this, please.")])
+    client = running.client
+    client.cookies.clear()
+    confirm = await client.get(f"/console/users/{user}/confirm", params={"action": "erase"})
+    assert confirm.status_code == 200
+    assert "cannot be undone" in confirm.text
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', confirm.text)
+    assert token is not None
+    client.cookies.set(COOKIE, confirm.cookies[COOKIE], path="/console")
+    done = await client.post(
+        f"/console/users/{user}/act", data={"action": "erase", "csrf": token.group(1)}
+    )
+    assert done.status_code == 303
+    assert "erased=succeeded" in done.headers["location"]
+    directory: DirectoryService = running.state["services"].directory
+    assert (await directory.users("default", user, None, 10)).items == []
+    client.cookies.clear()
