@@ -28,9 +28,10 @@ from sqlalchemy.sql.elements import BinaryExpression, BindParameter, BooleanClau
 
 from app.stores.models import Memory, Summary, User
 
-# (tenant_id, user_id); EVERYONE when the write could not be placed.
-Scope = tuple[str, str]
-EVERYONE: Scope = ("*", "*")
+# (tenant_id, user_id); EVERYONE when the write could not be placed. None, not a pair of
+# strings: no user's ids, whatever they hold, can be everyone's (tests/unit/test_key_names.py).
+Scope = tuple[str, str] | None
+EVERYONE: Scope = None
 
 FACT_TYPES = frozenset({"semantic", "procedural"})
 # What a fact in context shows, or is selected by (`memories.current_facts`).

@@ -44,7 +44,7 @@ Stamp = tuple[int, int | str | None, int | str | None]
 def _key(scope: Scope) -> str:
     # Hash-tagged by tenant and user (docs/scaling.md: Redis Cluster), named by the one
     # encoder of keys (app/core/keys.py); everyone's mark has a key no user's can be.
-    if scope == EVERYONE:
+    if scope is None:  # EVERYONE
         return keys.GENERATION_EVERYONE
     return keys.generation_key(*scope)
 
