@@ -13,7 +13,9 @@ in-process worker (app/worker.py), so both run on one set of services; `python -
 app.worker` opens its own. A new service is a field of `Services`, its line in
 `build_container`, and its alias in app/api/deps.py. Each service is handed the
 collaborators it uses in its constructor: what a service depends on is visible in its
-signature, and a test can build one from real stores without the rest.
+signature, and a test can build one from real stores without the rest. A service reads
+no `Settings`: it is handed a frozen config of the fields it reads, built from the settings
+here (`key_config` and the others at the end of this module) and nowhere else.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from app.services.graph_extraction import GraphBackfill, GraphExtraction
 from app.services.health import HealthService
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
-from app.services.keys import KeyService
+from app.services.keys import KeyConfig, KeyService
 from app.services.maintenance import MaintenanceService
 from app.services.memories import MemoryService
 from app.services.metrics import MetricsService
@@ -235,13 +237,13 @@ def build_keys(resources: Resources) -> KeyService:
         )
     else:
         limiter = LocalRateLimiter()  # embedded: one process by design
-    return KeyService(r.db, r.settings, limiter)
+    return KeyService(r.db, key_config(r.settings), limiter)
 
 
 def build_key_service(db: Database, settings: Settings) -> KeyService:
     """The keys of a shell tool that opens only the database (app/keys.py): it manages keys
     and never limits a request, so its limiter is the process's own."""
-    return KeyService(db, settings, LocalRateLimiter())
+    return KeyService(db, key_config(settings), LocalRateLimiter())
 
 
 def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None = None) -> Promoter:
@@ -260,4 +262,20 @@ def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None 
         graph=graph_extraction(r),
         warm_scoring=r.settings.run_worker_in_process,
         clock=r.clock,
+    )
+
+
+# The slice of the settings each service reads (app/settings.py): built here only.
+
+
+def key_config(s: Settings) -> KeyConfig:
+    return KeyConfig(
+        auth_mode=s.auth_mode,
+        api_key=s.api_key,
+        admin_key=s.admin_key,
+        default_tenant=s.default_tenant,
+        key_cache_seconds=s.key_cache_seconds,
+        rate_limit_per_second=s.rate_limit_per_second,
+        rate_limit_burst=s.rate_limit_burst,
+        is_sqlite=s.is_sqlite,
     )

@@ -36,6 +36,7 @@ from app.services.keys import KeyService
 from app.settings import Settings
 from app.stores.db import Database, create_engine, migrate
 from app.stores.ratelimit import LocalRateLimiter, RateLimiter, RedisRateLimiter
+from app.wiring import key_config
 
 
 def _app(keys: KeyService) -> FastAPI:
@@ -89,7 +90,7 @@ async def main() -> None:
         redis = Redis.from_url(args.redis) if args.redis else None
 
         async def service(limiter: RateLimiter, mode: str = "keys") -> KeyService:
-            keys = KeyService(db, settings, limiter)
+            keys = KeyService(db, key_config(settings), limiter)
             keys.mode = mode  # type: ignore[assignment]
             return keys
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from pydantic import SecretStr
+
 from app.core.auth import (
     SCOPES,
     Principal,
@@ -33,7 +35,6 @@ from app.errors import (
 )
 from app.schemas.keys import KeyCreate, KeyCreated, KeyOut, KeyPage, KeyRevoked
 from app.services.cursors import encode_cursor, one_id
-from app.settings import Settings
 from app.stores import keys as key_store
 from app.stores.db import Database
 from app.stores.models import ApiKey
@@ -46,6 +47,20 @@ AuthMode = Literal["keys", "open", "loopback"]
 only callers on this machine answered (the embedded default with no key anywhere)."""
 
 _CACHE_SIZE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class KeyConfig:
+    """The settings the keys read (app/settings.py; built in app/wiring.py)."""
+
+    auth_mode: Literal["keys", "open"] | None
+    api_key: SecretStr | None
+    admin_key: SecretStr | None
+    default_tenant: str
+    key_cache_seconds: float
+    rate_limit_per_second: float
+    rate_limit_burst: int
+    is_sqlite: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +84,9 @@ def key_out(row: ApiKey) -> KeyOut:
 
 
 class KeyService:
-    def __init__(self, db: Database, settings: Settings, limiter: RateLimiter) -> None:
+    def __init__(self, db: Database, config: KeyConfig, limiter: RateLimiter) -> None:
         self.db = db
-        self.settings = settings
+        self.config = config
         self.limiter = limiter
         self.mode: AuthMode = "keys"
         self._cache: OrderedDict[uuid.UUID, _Cached] = OrderedDict()
@@ -81,7 +96,7 @@ class KeyService:
     async def resolve_mode(self) -> AuthMode:
         """Decide how this server authenticates, once at start; refuse a configuration that
         would serve the full stack without keys by accident."""
-        s = self.settings
+        s = self.config
         configured = s.api_key is not None or s.admin_key is not None
         if s.auth_mode == "open":
             self.mode = "open"
@@ -115,13 +130,13 @@ class KeyService:
     # The gate.
 
     def open_principal(self) -> Principal:
-        return Principal(self.settings.default_tenant, frozenset(SCOPES), kind="open")
+        return Principal(self.config.default_tenant, frozenset(SCOPES), kind="open")
 
     async def authenticate(self, token: str | None) -> Principal:
         """The caller a presented key stands for; Unauthorized when it stands for none."""
         if not token:
             raise Unauthorized("send `Authorization: Bearer <api key>`")
-        s = self.settings
+        s = self.config
         if s.admin_key is not None and same_secret(token, s.admin_key.get_secret_value()):
             return Principal(s.default_tenant, frozenset({"admin"}), kind="admin")
         if s.api_key is not None and same_secret(token, s.api_key.get_secret_value()):
@@ -174,7 +189,7 @@ class KeyService:
             return cached.key
         async with self.db.read() as tx:
             row = await key_store.find(tx, key_id)
-        ttl = self.settings.key_cache_seconds
+        ttl = self.config.key_cache_seconds
         if ttl > 0:
             self._cache[key_id] = _Cached(row, now + ttl)
             self._cache.move_to_end(key_id)
