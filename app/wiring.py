@@ -38,6 +38,7 @@ from app.services.forgetting import ForgettingService
 from app.services.graph import GraphService
 from app.services.graph_extraction import GraphBackfill, GraphExtraction
 from app.services.health import HealthService
+from app.services.indexing import IndexConfig
 from app.services.ingest import IngestService
 from app.services.jobs import JobService
 from app.services.keys import KeyConfig, KeyService
@@ -133,7 +134,7 @@ async def open_container(
 
 def build_container(resources: Resources) -> Container:
     r = resources
-    reindexer = Reindexer(r.db, r.vectors, r.embedder, r.settings)
+    reindexer = Reindexer(r.db, r.vectors, r.embedder, index_config(r.settings))
     summaries = SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
     ingest = IngestService(
         r.db, r.buffer, r.vectors, r.settings, r.signals, enqueue_summary=summaries.enqueue
@@ -278,4 +279,15 @@ def key_config(s: Settings) -> KeyConfig:
         rate_limit_per_second=s.rate_limit_per_second,
         rate_limit_burst=s.rate_limit_burst,
         is_sqlite=s.is_sqlite,
+    )
+
+
+def index_config(s: Settings) -> IndexConfig:
+    return IndexConfig(
+        dense_context_turns=s.dense_context_turns,
+        dense_context_weight=s.dense_context_weight,
+        dense_next_weight=s.dense_next_weight,
+        sparse_context_turns=s.sparse_context_turns,
+        sparse_context_weight=s.sparse_context_weight,
+        sparse_next_weight=s.sparse_next_weight,
     )

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,23 +18,35 @@ from app.core import terms
 from app.core.chunking import Chunk, LogMessage, embedding_windows
 from app.errors import EmbeddingRejected
 from app.providers.embeddings import Embedder
-from app.settings import Settings
 from app.stores.models import Message
 from app.stores.vectors import MemoryPayload, VectorPoint
 
 log = logging.getLogger("strata.indexing")
 
 
-def context_lookback(settings: Settings) -> int:
+@dataclass(frozen=True, slots=True)
+class IndexConfig:
+    """The settings a point is built with (app/settings.py; built in app/wiring.py): how
+    many neighbouring turns it reads, and their weights."""
+
+    dense_context_turns: int
+    dense_context_weight: float
+    dense_next_weight: float
+    sparse_context_turns: int
+    sparse_context_weight: float
+    sparse_next_weight: float
+
+
+def context_lookback(config: IndexConfig) -> int:
     """How many messages before a turn to read for its context: system messages are skipped
     by the chunker, so a little more than the context turns."""
-    turns = max(settings.dense_context_turns, settings.sparse_context_turns)
+    turns = max(config.dense_context_turns, config.sparse_context_turns)
     return turns * 3 + 2 if turns else 0
 
 
-def context_lookahead(settings: Settings) -> int:
+def context_lookahead(config: IndexConfig) -> int:
     """How many messages after a turn to read for the next turn (`Chunk.after`)."""
-    return 5 if settings.dense_next_weight > 0 or settings.sparse_next_weight > 0 else 0
+    return 5 if config.dense_next_weight > 0 or config.sparse_next_weight > 0 else 0
 
 
 def log_message(row: Message) -> LogMessage:

@@ -40,6 +40,7 @@ from app.providers.embeddings import Embedder
 from app.services.facts import enqueue_extraction
 from app.services.graph_extraction import GraphExtraction, Said
 from app.services.indexing import (
+    IndexConfig,
     LineCache,
     chunk_point,
     context_lookahead,
@@ -121,7 +122,8 @@ class Promoter:
         # slice's new ones, and a long turn costs tenths of a second to embed again. It
         # also holds the next slices embedded ahead (`_look_ahead`), at most half of it.
         self.recent_lines = LineCache(1024)
-        self.reindexer = Reindexer(db, vectors, embedder, settings, self.recent_lines)
+        self.index = _index_config(settings)
+        self.reindexer = Reindexer(db, vectors, embedder, self.index, self.recent_lines)
         # Whether the last pass left messages behind (a slice's bound, or more sessions than
         # one pass claims): the worker then goes on at once, never pausing to gather.
         self.left_backlog = False
@@ -318,8 +320,8 @@ class Promoter:
         if cursor >= claim.last_seq or self.stop.is_set():
             return None
         upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
-        lookback = context_lookback(self.settings)
-        ahead = context_lookahead(self.settings)
+        lookback = context_lookback(self.index)
+        ahead = context_lookahead(self.index)
         async with self.db.read() as tx:
             rows = await message_store.seq_range(
                 tx,
@@ -388,7 +390,7 @@ class Promoter:
         watch = [i for i, seq in ids.items() if seq in rows and seq not in deleted]
         last = next((m for m in reversed(done) if m.seq not in deleted), None)
         first = next(m for m in messages if m.seq > cursor and m.role in INDEXED_ROLES)
-        ahead = context_lookahead(self.settings)
+        ahead = context_lookahead(self.index)
         if last is None or last.seq not in rows or first.seq - last.seq > ahead:
             return deleted, None, watch  # (too far back: the slice is not its next turn)
         logs = {key: {m.seq: m for m in messages if m.seq not in deleted}}
@@ -789,3 +791,14 @@ class _Stale(Exception):
 
 class _LeaseLost(Exception):
     """Rolls back a batch whose session another worker has taken over."""
+
+
+def _index_config(s: Settings) -> IndexConfig:
+    return IndexConfig(
+        dense_context_turns=s.dense_context_turns,
+        dense_context_weight=s.dense_context_weight,
+        dense_next_weight=s.dense_next_weight,
+        sparse_context_turns=s.sparse_context_turns,
+        sparse_context_weight=s.sparse_context_weight,
+        sparse_next_weight=s.sparse_next_weight,
+    )

@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.chunking import Chunk, LogMessage, chunk_turns, memory_id
 from app.providers.embeddings import Embedder
 from app.services.indexing import (
+    IndexConfig,
     LineCache,
     chunk_point,
     context_lookahead,
@@ -48,7 +49,6 @@ from app.services.indexing import (
     embed_chunks,
     log_message,
 )
-from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
@@ -77,13 +77,13 @@ class Reindexer:
         db: Database,
         vectors: VectorIndex,
         embedder: Embedder,
-        settings: Settings,
+        config: IndexConfig,
         cache: LineCache | None = None,
     ) -> None:
         self.db = db
         self.vectors = vectors
         self.embedder = embedder
-        self.settings = settings
+        self.config = config
         # Promotion lends its cache of recent lines: a predecessor it rebuilds was embedded
         # a pass ago, with its context.
         self.cache = cache
@@ -144,8 +144,8 @@ class Reindexer:
         its next turn); returns how many. With `keep_used` (a forget, not a delete),
         neighbours that have been used keep their entry: it proved useful as it is
         (docs/forgetting.md)."""
-        lookback = context_lookback(self.settings)
-        ahead = context_lookahead(self.settings)
+        lookback = context_lookback(self.config)
+        ahead = context_lookahead(self.config)
         if lookback == 0 and ahead == 0:
             return 0
         ids: list[uuid.UUID] = []
@@ -178,9 +178,9 @@ class Reindexer:
         chunks, vectors, turns = await embed_chunks(
             self.embedder,
             [p.chunk for p in plans],
-            self.settings.dense_context_weight,
+            self.config.dense_context_weight,
             self.cache,
-            self.settings.dense_next_weight,
+            self.config.dense_next_weight,
         )
         by_id = {p.chunk.id: p for p in plans}
         points: list[VectorPoint] = []
@@ -193,16 +193,16 @@ class Reindexer:
                     vector,
                     turns.get(chunk.id),
                     MemoryPayload.from_row(plan.row, role=plan.role),
-                    self.settings.sparse_context_weight,
-                    self.settings.sparse_next_weight,
+                    self.config.sparse_context_weight,
+                    self.config.sparse_next_weight,
                 )
             )
         return points
 
     async def _plan(self, rows: list[Memory]) -> list[PointPlan]:
         """Each memory's chunk: with its turn's context where its turn is in the log."""
-        lookback = context_lookback(self.settings)
-        ahead = context_lookahead(self.settings)
+        lookback = context_lookback(self.config)
+        ahead = context_lookahead(self.config)
         wanted: dict[SessionKey, set[int]] = defaultdict(set)
         for row in rows:
             for source in row.sources:
@@ -265,7 +265,7 @@ class Reindexer:
                 break  # a caller rewrote it: embedded from its content, as `update` does
             # The window read for this turn (other rows' windows of the session may be in
             # `messages` too): as promotion reads it.
-            back, ahead = context_lookback(self.settings), context_lookahead(self.settings)
+            back, ahead = context_lookback(self.config), context_lookahead(self.config)
             context = [messages[s] for s in range(seq - back, seq) if s in messages]
             following = [messages[s] for s in range(seq + 1, seq + ahead + 1) if s in messages]
             chunks = chunk_turns(
@@ -273,8 +273,8 @@ class Reindexer:
                 incarnations[key],
                 context,
                 [turn],
-                dense_context=self.settings.dense_context_turns,
-                sparse_context=self.settings.sparse_context_turns,
+                dense_context=self.config.dense_context_turns,
+                sparse_context=self.config.sparse_context_turns,
                 following=following,
                 next_within=ahead,
                 back_within=back,
