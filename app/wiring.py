@@ -34,7 +34,7 @@ from app.services.context import ContextService, stored_size
 from app.services.context_cache import ContextCache
 from app.services.directory import DirectoryService
 from app.services.facts import FactExtractor
-from app.services.forgetting import ForgettingService
+from app.services.forgetting import ForgettingConfig, ForgettingService
 from app.services.graph import GraphService
 from app.services.graph_extraction import GraphBackfill, GraphExtraction
 from app.services.health import HealthService
@@ -197,7 +197,9 @@ def build_container(resources: Resources) -> Container:
             buffer_on_disk=r.settings.redis_url is not None,
         ),
         metrics=MetricsService(r.db, r.metrics),
-        forgetting=ForgettingService(r.db, r.vectors, reindexer, r.settings, clock=r.clock),
+        forgetting=ForgettingService(
+            r.db, r.vectors, reindexer, forgetting_config(r.settings), clock=r.clock
+        ),
         maintenance=MaintenanceService(jobs),
         profile=profile,
         graph=GraphService(r.db),
@@ -290,4 +292,11 @@ def index_config(s: Settings) -> IndexConfig:
         sparse_context_turns=s.sparse_context_turns,
         sparse_context_weight=s.sparse_context_weight,
         sparse_next_weight=s.sparse_next_weight,
+    )
+
+
+def forgetting_config(s: Settings) -> ForgettingConfig:
+    return ForgettingConfig(
+        forgetting_enabled=s.forgetting_enabled,
+        importance_intrinsic_share=s.importance_intrinsic_share,
     )

@@ -26,7 +26,6 @@ from app.core.audit import AuditEvent
 from app.core.clock import Clock, utc_now
 from app.errors import MemoryNotForgotten, MemoryNotFound, MemoryPurged
 from app.services.reindex import Reindexer
-from app.settings import Settings
 from app.stores import forgetting as forget_store
 from app.stores import memories as memory_store
 from app.stores.db import Database
@@ -37,6 +36,14 @@ log = logging.getLogger("strata.forgetting")
 
 PAGE = 500
 LISTED = 1000  # a report names at most this many memories; the counts are complete
+
+
+@dataclass(frozen=True, slots=True)
+class ForgettingConfig:
+    """The settings forgetting reads (app/settings.py; built in app/wiring.py)."""
+
+    forgetting_enabled: bool  # a tenant's default policy, until it sets its own
+    importance_intrinsic_share: float
 
 
 @dataclass(slots=True)
@@ -69,18 +76,18 @@ class ForgettingService:
         db: Database,
         vectors: VectorIndex,
         reindexer: Reindexer,
-        settings: Settings,
+        config: ForgettingConfig,
         *,
         clock: Clock = utc_now,
     ) -> None:
         self.db = db
         self.vectors = vectors
         self.reindexer = reindexer
-        self.settings = settings
+        self.config = config
         self.clock = clock
 
     def defaults(self) -> forgetting.Policy:
-        return forgetting.Policy(enabled=self.settings.forgetting_enabled)
+        return forgetting.Policy(enabled=self.config.forgetting_enabled)
 
     async def policy(self, tenant_id: str) -> forgetting.Policy:
         async with self.db.read() as tx:
@@ -147,7 +154,7 @@ class ForgettingService:
         policy: forgetting.Policy,
         now: datetime,
     ) -> dict[uuid.UUID, forgetting.Decision]:
-        share = self.settings.importance_intrinsic_share
+        share = self.config.importance_intrinsic_share
         out: dict[uuid.UUID, forgetting.Decision] = {}
         for r in rows:
             snapshot = forgetting.Snapshot(

@@ -20,6 +20,7 @@ from app.services.forgetting import ForgettingService
 from app.settings import Settings
 from app.stores import forgetting as forget_store
 from app.stores.models import Job, Memory, MemoryEvent
+from app.wiring import forgetting_config
 from tests.conftest import Running, full_settings, post_messages, recall, settle, turn
 
 DAY = timedelta(days=1)
@@ -29,7 +30,9 @@ def forgetting_at(running: Running, when: datetime) -> ForgettingService:
     """The app's forgetting service with its clock at `when`."""
     r = running.resources
     reindexer = running.state["container"].reindexer
-    return ForgettingService(r.db, r.vectors, reindexer, r.settings, clock=lambda: when)
+    return ForgettingService(
+        r.db, r.vectors, reindexer, forgetting_config(r.settings), clock=lambda: when
+    )
 
 
 async def stored_days_ago(running: Running, user: str, days: float) -> None:
