@@ -39,7 +39,7 @@ from app.services.graph import GraphService
 from app.services.graph_extraction import GraphBackfill, GraphExtraction
 from app.services.health import HealthService
 from app.services.indexing import IndexConfig
-from app.services.ingest import IngestService
+from app.services.ingest import IngestConfig, IngestService
 from app.services.jobs import JobService
 from app.services.keys import KeyConfig, KeyService
 from app.services.maintenance import MaintenanceService
@@ -137,7 +137,12 @@ def build_container(resources: Resources) -> Container:
     reindexer = Reindexer(r.db, r.vectors, r.embedder, index_config(r.settings))
     summaries = SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
     ingest = IngestService(
-        r.db, r.buffer, r.vectors, r.settings, r.signals, enqueue_summary=summaries.enqueue
+        r.db,
+        r.buffer,
+        r.vectors,
+        ingest_config(r.settings),
+        r.signals,
+        enqueue_summary=summaries.enqueue,
     )
     rewrite = RewriteService(ingest, r.llm, freeze_after_load=r.settings.gc_freeze)
     recall = RecallService(
@@ -299,4 +304,13 @@ def forgetting_config(s: Settings) -> ForgettingConfig:
     return ForgettingConfig(
         forgetting_enabled=s.forgetting_enabled,
         importance_intrinsic_share=s.importance_intrinsic_share,
+    )
+
+
+def ingest_config(s: Settings) -> IngestConfig:
+    return IngestConfig(
+        ingest_max_chars=s.ingest_max_chars,
+        buffer_window=s.buffer_window,
+        wait_timeout_seconds=s.wait_timeout_seconds,
+        wait_poll_seconds=s.wait_poll_seconds,
     )

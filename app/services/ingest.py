@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -36,7 +37,6 @@ from app.schemas.ingest import (
     SessionUpsert,
 )
 from app.services.cursors import encode_cursor, one_int
-from app.settings import Settings
 from app.stores import graph as graph_store
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
@@ -96,6 +96,16 @@ async def writable(tx: Any, tenant_id: str, user_id: str, now: datetime) -> None
         raise UserErasureInProgress(user_id, erasure.get("job_id"))
 
 
+@dataclass(frozen=True, slots=True)
+class IngestConfig:
+    """The settings ingest reads (app/settings.py; built in app/wiring.py)."""
+
+    ingest_max_chars: int  # a request's message content, at most (more is a 413)
+    buffer_window: int  # the newest messages a session's window keeps
+    wait_timeout_seconds: float  # the longest `wait=true`
+    wait_poll_seconds: float
+
+
 class _NothingNew(Exception):
     """Every message of the request was stored before: roll back the session's advance."""
 
@@ -112,14 +122,14 @@ class IngestService:
         db: Database,
         buffer: Buffer,
         vectors: VectorIndex,
-        settings: Settings,
+        config: IngestConfig,
         signals: Signals,
         enqueue_summary: SummaryEnqueue | None = None,
     ) -> None:
         self.db = db
         self.buffer = buffer
         self.vectors = vectors
-        self.settings = settings
+        self.config = config
         self.signals = signals
         self.enqueue_summary = enqueue_summary
 
@@ -271,8 +281,8 @@ class IngestService:
         self, tenant_id: str, session_id: str, body: IngestRequest
     ) -> IngestResponse:
         total = sum(len(m.content) for m in body.messages)
-        if total > self.settings.ingest_max_chars:
-            raise TooManyCharacters(total, self.settings.ingest_max_chars)
+        if total > self.config.ingest_max_chars:
+            raise TooManyCharacters(total, self.config.ingest_max_chars)
         now = datetime.now(UTC)
         try:
             async with self.db.transaction() as tx:
@@ -415,7 +425,7 @@ class IngestService:
         the log) and carries the watermark reached, so the caller sees the lag instead of
         an error.
         """
-        deadline = time.monotonic() + self.settings.wait_timeout_seconds
+        deadline = time.monotonic() + self.config.wait_timeout_seconds
         with self.signals.watch(tenant_id, user_id, session_id) as watch:
             while True:
                 async with self.db.read() as tx:
@@ -426,7 +436,7 @@ class IngestService:
                 if not hurried:  # a worker gathering a trickle of messages goes on now
                     await self.signals.hurry()
                     hurried = True
-                await watch.wait(min(left, self.settings.wait_poll_seconds))
+                await watch.wait(min(left, self.config.wait_poll_seconds))
                 if watch.seq >= target:
                     return watch.seq
 
@@ -483,7 +493,7 @@ class IngestService:
     async def recent(self, tenant_id: str, session: SessionOut, n: int) -> list[MessageOut]:
         """The session's newest `n` messages from the buffer, rebuilt from the log when the
         window is missing or behind (Redis flushed, evicted, or a push that failed)."""
-        n = min(n, self.settings.buffer_window)
+        n = min(n, self.config.buffer_window)
         if session.last_seq == 0:
             return []
         try:
@@ -505,7 +515,7 @@ class IngestService:
                 session.user_id,
                 session.id,
                 before_seq=None,
-                limit=self.settings.buffer_window,
+                limit=self.config.buffer_window,
             )
         entries = [buffer_entry(r) for r in rows]
         if window is not None:
