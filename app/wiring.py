@@ -52,7 +52,7 @@ from app.services.reindex import Reindexer
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import MinRelevance, NewerFactsFirst
-from app.services.summaries import SummaryService
+from app.services.summaries import SummaryConfig, SummaryService
 from app.services.users import ErasureService, ExportService, UserSections
 from app.settings import Settings
 from app.stores.db import Database
@@ -135,7 +135,9 @@ async def open_container(
 def build_container(resources: Resources) -> Container:
     r = resources
     reindexer = Reindexer(r.db, r.vectors, r.embedder, index_config(r.settings))
-    summaries = SummaryService(r.db, r.vectors, r.embedder, r.tokens, r.llm, r.settings)
+    summaries = SummaryService(
+        r.db, r.vectors, r.embedder, r.tokens, r.llm, summary_config(r.settings)
+    )
     ingest = IngestService(
         r.db,
         r.buffer,
@@ -313,4 +315,17 @@ def ingest_config(s: Settings) -> IngestConfig:
         buffer_window=s.buffer_window,
         wait_timeout_seconds=s.wait_timeout_seconds,
         wait_poll_seconds=s.wait_poll_seconds,
+    )
+
+
+def summary_config(s: Settings) -> SummaryConfig:
+    return SummaryConfig(
+        summary_daily_tokens=s.summary_daily_tokens,
+        summary_weekly_tokens=s.summary_weekly_tokens,
+        summary_essence_tokens=s.summary_essence_tokens,
+        summary_essence_weeks=s.summary_essence_weeks,
+        summary_lookback_hours=s.summary_lookback_hours,
+        summary_context_dailies=s.summary_context_dailies,
+        summary_context_weeklies=s.summary_context_weeklies,
+        job_max_attempts=s.job_max_attempts,
     )

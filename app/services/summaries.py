@@ -31,7 +31,6 @@ from app.schemas.context import SummaryOut
 from app.schemas.summaries import SummarizeAccepted, SummaryItem, SummaryPage
 from app.services.cursors import encode_cursor, time_and_id
 from app.services.ingest import writable
-from app.settings import Settings
 from app.stores import jobs as job_store
 from app.stores import summaries as summary_store
 from app.stores import users as user_store
@@ -107,6 +106,20 @@ def _speaker(m: Message) -> str:
     return name if isinstance(name, str) and name.strip() else m.role
 
 
+@dataclass(frozen=True, slots=True)
+class SummaryConfig:
+    """The settings summaries read (app/settings.py; built in app/wiring.py)."""
+
+    summary_daily_tokens: int  # each level's cap
+    summary_weekly_tokens: int
+    summary_essence_tokens: int
+    summary_essence_weeks: int  # the newest weeklies an LLM essence is written from
+    summary_lookback_hours: float  # how far back the sweep looks for received messages
+    summary_context_dailies: int  # the dailies and weeklies a context is offered
+    summary_context_weeklies: int
+    job_max_attempts: int
+
+
 class SummaryService:
     def __init__(
         self,
@@ -115,18 +128,18 @@ class SummaryService:
         embedder: Embedder,
         tokens: TokenCounter,
         llm: LLM | None,
-        settings: Settings,
+        config: SummaryConfig,
     ) -> None:
         self.db = db
         self.vectors = vectors
         self.embedder = embedder
         self.tokens = tokens
         self.llm = llm
-        self.settings = settings
+        self.config = config
         self.caps: dict[str, int] = {
-            "daily": settings.summary_daily_tokens,
-            "weekly": settings.summary_weekly_tokens,
-            "essence": settings.summary_essence_tokens,
+            "daily": config.summary_daily_tokens,
+            "weekly": config.summary_weekly_tokens,
+            "essence": config.summary_essence_tokens,
         }
 
     # --- the user's clock ---------------------------------------------------------------
@@ -256,7 +269,7 @@ class SummaryService:
         if self.llm is not None:
             texts = inputs.texts
             if level == "essence":
-                texts = texts[-self.settings.summary_essence_weeks :]
+                texts = texts[-self.config.summary_essence_weeks :]
             try:
                 result = await self.llm.complete_json(
                     [
@@ -367,7 +380,7 @@ class SummaryService:
                     "period_start": day.isoformat() if day else None,
                 },
                 due_at=now,
-                max_attempts=self.settings.job_max_attempts,
+                max_attempts=self.config.job_max_attempts,
                 now=now,
             )
             queued = job.state == "queued"
@@ -424,7 +437,7 @@ class SummaryService:
         first (the packer keeps the newest): the essence, then weeklies that ended before
         the oldest daily offered, then the dailies that ended by `before`. Read in the
         caller's transaction (context reads the profile in the same one)."""
-        s = self.settings
+        s = self.config
         dailies, essence = await summary_store.dailies_and_essence(
             tx, tenant_id, user_id, ended_by=before, dailies=s.summary_context_dailies
         )
@@ -445,7 +458,7 @@ class SummaryService:
         in the lookback (closed days and late messages), weeklies of closed weeks whose
         dailies changed, essences behind their weeklies. A level waits for the one below:
         where a daily is enqueued, its job enqueues the weekly after it."""
-        since = now - timedelta(hours=self.settings.summary_lookback_hours)
+        since = now - timedelta(hours=self.config.summary_lookback_hours)
         async with self.db.read() as tx:
             touched = await summary_store.users_received_between(tx, since, now)
         counts = {"daily": 0, "weekly": 0, "essence": 0}
