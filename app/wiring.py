@@ -33,7 +33,7 @@ from app.resources import Resources, open_resources
 from app.services.context import ContextService, stored_size
 from app.services.context_cache import ContextCache
 from app.services.directory import DirectoryService
-from app.services.facts import FactExtractor
+from app.services.facts import FactConfig, FactExtractor
 from app.services.forgetting import ForgettingConfig, ForgettingService
 from app.services.graph import GraphService
 from app.services.graph_extraction import GraphBackfill, GraphExtraction
@@ -216,7 +216,7 @@ def build_container(resources: Resources) -> Container:
         resources=r,
         services=services,
         reindexer=reindexer,
-        fact_extractor=FactExtractor(r.db, r.vectors, r.embedder, r.llm, r.settings)
+        fact_extractor=FactExtractor(r.db, r.vectors, r.embedder, r.llm, fact_config(r.settings))
         if r.llm is not None and _extracts_facts(r)
         else None,
     )
@@ -329,3 +329,7 @@ def summary_config(s: Settings) -> SummaryConfig:
         summary_context_weeklies=s.summary_context_weeklies,
         job_max_attempts=s.job_max_attempts,
     )
+
+
+def fact_config(s: Settings) -> FactConfig:
+    return FactConfig(fact_candidates=s.fact_candidates, fact_similarity=s.fact_similarity)

@@ -31,7 +31,6 @@ from app.core.dedupe import content_hash
 from app.providers.embeddings import Embedder
 from app.providers.llm import LLM
 from app.services.graph import TripleSpec, write_triples
-from app.settings import Settings
 from app.stores import graph as graph_store
 from app.stores import jobs as job_store
 from app.stores import memories as memory_store
@@ -94,6 +93,14 @@ class _Batch:
     messages: list[facts.BatchMessage]
 
 
+@dataclass(frozen=True, slots=True)
+class FactConfig:
+    """The settings fact extraction reads (app/settings.py; built in app/wiring.py)."""
+
+    fact_candidates: int  # existing facts shown to the model per batch, at most
+    fact_similarity: float  # the least similarity of a fact shown
+
+
 class FactExtractor:
     def __init__(
         self,
@@ -101,13 +108,13 @@ class FactExtractor:
         vectors: VectorIndex,
         embedder: Embedder,
         llm: LLM,
-        settings: Settings,
+        config: FactConfig,
     ) -> None:
         self.db = db
         self.vectors = vectors
         self.embedder = embedder
         self.llm = llm
-        self.settings = settings
+        self.config = config
 
     async def extract(self, tenant_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """One batch: read, find similar facts, one LLM call, plan, write. Idempotent."""
@@ -179,7 +186,7 @@ class FactExtractor:
                     user_id=batch.user_id,
                     dense=vector,
                     sparse=terms.SparseVec([], []),
-                    limit=self.settings.fact_candidates,
+                    limit=self.config.fact_candidates,
                     memory_types=list(facts.FACT_TYPES),
                     kinds=["memory"],
                     with_cosines=False,  # the dense list's own scores are what it reads
@@ -187,9 +194,9 @@ class FactExtractor:
                 )
             )
             for hit in lists.dense:
-                if hit.score >= self.settings.fact_similarity:
+                if hit.score >= self.config.fact_similarity:
                     best[hit.id] = max(best.get(hit.id, 0.0), hit.score)
-        ranked = sorted(best, key=lambda i: best[i], reverse=True)[: self.settings.fact_candidates]
+        ranked = sorted(best, key=lambda i: best[i], reverse=True)[: self.config.fact_candidates]
         async with self.db.read() as tx:
             found = await memory_store.get_many(tx, batch.tenant_id, ranked, user_id=batch.user_id)
             rows = {m.id: m for m in found}
