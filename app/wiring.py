@@ -51,7 +51,7 @@ from app.services.recall import RecallService
 from app.services.reindex import Reindexer
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
-from app.services.search import MinRelevance, NewerFactsFirst
+from app.services.search import MinRelevance, NewerFactsFirst, ScoreConfig
 from app.services.summaries import SummaryConfig, SummaryService
 from app.services.users import ErasureService, ExportService, UserSections
 from app.settings import Settings
@@ -333,3 +333,23 @@ def summary_config(s: Settings) -> SummaryConfig:
 
 def fact_config(s: Settings) -> FactConfig:
     return FactConfig(fact_candidates=s.fact_candidates, fact_similarity=s.fact_similarity)
+
+
+def score_config(s: Settings) -> ScoreConfig:
+    return ScoreConfig(
+        candidate_pool=s.candidate_pool,
+        rrf_k=s.rrf_k,
+        sparse_weight=s.sparse_weight,
+        dense_weight=s.dense_weight,
+        dense_weight_cross_language=s.dense_weight_cross_language,
+        relevance_weights=s.relevance_weights,
+        cross_language_relevance=s.cross_language_relevance,
+        relevance_share=s.relevance_share,
+        answer_type_penalty=s.answer_type_penalty,
+        named_period_penalty=s.named_period_penalty,
+        weight_semantic=s.weight_semantic,
+        weight_recency=s.weight_recency,
+        weight_importance=s.weight_importance,
+        recency_lambda_per_day=s.recency_lambda_per_day,
+        importance_intrinsic_share=s.importance_intrinsic_share,
+    )

@@ -39,6 +39,7 @@ from app.services.search import (
     Pool,
     Rewriter,
     Score,
+    ScoreConfig,
     SearchSpec,
     Stage,
     no_rewrite,
@@ -72,7 +73,7 @@ class RecallService:
         self.embedder = embedder
         self.settings = settings
         self.rewriter = rewriter
-        self.score = Score(settings)
+        self.score = Score(_score_config(settings))
         self.stages = list(stages)  # after scoring, in order; docs/seams.md
         # Change promotion's comparisons are made by the index in the retrieval's own call,
         # at the stage's threshold; without the stage, none are asked for.
@@ -362,3 +363,23 @@ def _reinforced(
 MAX_ACCESS_TTL_SECONDS = 5.0
 QUERY_CACHE_SIZE = 1024
 REINFORCE_FLUSH_SECONDS = 1.0
+
+
+def _score_config(s: Settings) -> ScoreConfig:
+    return ScoreConfig(
+        candidate_pool=s.candidate_pool,
+        rrf_k=s.rrf_k,
+        sparse_weight=s.sparse_weight,
+        dense_weight=s.dense_weight,
+        dense_weight_cross_language=s.dense_weight_cross_language,
+        relevance_weights=s.relevance_weights,
+        cross_language_relevance=s.cross_language_relevance,
+        relevance_share=s.relevance_share,
+        answer_type_penalty=s.answer_type_penalty,
+        named_period_penalty=s.named_period_penalty,
+        weight_semantic=s.weight_semantic,
+        weight_recency=s.weight_recency,
+        weight_importance=s.weight_importance,
+        recency_lambda_per_day=s.recency_lambda_per_day,
+        importance_intrinsic_share=s.importance_intrinsic_share,
+    )

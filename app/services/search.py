@@ -25,7 +25,6 @@ from app.core.memo import text_memo
 from app.core.rewrite import Rewrite, Turn
 from app.schemas.common import Source
 from app.schemas.recall import RecallResult, Scores
-from app.settings import Settings
 from app.stores.vectors import CandidateLists, MemoryPayload, VectorHit
 
 if TYPE_CHECKING:
@@ -174,6 +173,27 @@ async def run_stages(
     return candidates[: spec.top_k]
 
 
+@dataclass(frozen=True, slots=True)
+class ScoreConfig:
+    """The settings scoring reads (app/settings.py; built in app/wiring.py)."""
+
+    candidate_pool: int  # the fused candidates scored, at least
+    rrf_k: int
+    sparse_weight: float
+    dense_weight: float
+    dense_weight_cross_language: float
+    relevance_weights: dict[str, float] | None  # a fitted calibration, else the bundled one
+    cross_language_relevance: bool
+    relevance_share: float
+    answer_type_penalty: float
+    named_period_penalty: float
+    weight_semantic: float
+    weight_recency: float
+    weight_importance: float
+    recency_lambda_per_day: float
+    importance_intrinsic_share: float
+
+
 class Score:
     """The composite score (docs/architecture.md §3) over a pool, ranked best first (pure).
 
@@ -186,31 +206,31 @@ class Score:
 
     def __init__(
         self,
-        settings: Settings,
+        config: ScoreConfig,
         calibration: relevance.Calibration = relevance.PLAIN_COVERAGE,
         penalties: ranking.Penalties | None = None,
     ) -> None:
-        self.settings = settings
-        if settings.relevance_weights is not None:
-            calibration = relevance.fitted(settings.relevance_weights)
+        self.config = config
+        if config.relevance_weights is not None:
+            calibration = relevance.fitted(config.relevance_weights)
         # Off, a cross-language pair is scored as any other (the map is then refitted
         # against such a server: bench/experiments/cross_language_fit.py).
         self.calibration = (
-            calibration if settings.cross_language_relevance else replace(calibration, cross=None)
+            calibration if config.cross_language_relevance else replace(calibration, cross=None)
         )
         self.penalties = penalties or ranking.Penalties(
-            no_answer_type=settings.answer_type_penalty,
-            outside_period=settings.named_period_penalty,
+            no_answer_type=config.answer_type_penalty,
+            outside_period=config.named_period_penalty,
         )
         self.fusion = ranking.FusionWeights(
-            k=settings.rrf_k,
-            sparse=settings.sparse_weight,
-            dense_same=settings.dense_weight,
-            dense_cross=settings.dense_weight_cross_language,
+            k=config.rrf_k,
+            sparse=config.sparse_weight,
+            dense_same=config.dense_weight,
+            dense_cross=config.dense_weight_cross_language,
         )
 
     def default_weights(self) -> scoring.Weights:
-        s = self.settings
+        s = self.config
         return scoring.Weights(s.weight_semantic, s.weight_recency, s.weight_importance)
 
     def __call__(self, spec: SearchSpec, pool: Pool) -> list[Candidate]:
@@ -218,7 +238,7 @@ class Score:
         same numbers as `scalar` (tests/unit/test_search.py holds them to it)."""
         now = spec.as_of or datetime.now(UTC)
         w = (spec.weights or self.default_weights()).normalised()
-        hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.settings.candidate_pool))
+        hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.config.candidate_pool))
         if not hits:
             return []
         n = len(hits)
@@ -269,9 +289,9 @@ class Score:
         factor = np.where(lacks, factor * (1.0 - pen.no_answer_type), factor)
         factor = np.where(outside, factor * (1.0 - pen.outside_period), factor)
         fused_norm = np.minimum(1.0, np.maximum(0.0, fused / self.fusion.best())) * factor
-        share = self.settings.relevance_share
+        share = self.config.relevance_share
         key = (1 - share) * fused_norm + share * rel
-        s = self.settings
+        s = self.config
         days = np.maximum(0.0, last / scoring.SECONDS_PER_DAY)
         recency = _unit_interval(np.exp(-s.recency_lambda_per_day * days))
         used = access / pool.max_access if pool.max_access > 0 else np.zeros(n)
@@ -329,11 +349,11 @@ class Score:
         the reference the vectorised form is tested against."""
         now = spec.as_of or datetime.now(UTC)
         w = (spec.weights or self.default_weights()).normalised()
-        hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.settings.candidate_pool))
+        hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.config.candidate_pool))
         if not hits:
             return []
         chunk_cos, turn_cos = self._cosines(pool, hits)
-        share = self.settings.relevance_share
+        share = self.config.relevance_share
         best = self.fusion.best()
         kind = ranking.asks_for(spec.query)
         period = self._period(spec)
@@ -402,7 +422,7 @@ class Score:
 
     def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float]:
         """(recency, importance) of one candidate."""
-        s = self.settings
+        s = self.config
         p = hit.payload
         last = p.last_accessed_at or p.created_at
         recency = scoring.recency(now, last, s.recency_lambda_per_day)

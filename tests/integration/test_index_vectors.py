@@ -29,6 +29,7 @@ from app.stores.vectors import (
     VectorPoint,
     VectorQuery,
 )
+from app.wiring import score_config
 
 DIM = 16
 TENANT, USER = "t", "u"
@@ -84,7 +85,9 @@ def as_lists(index: QdrantEdgeIndex, lists: CandidateLists) -> CandidateLists:
 
 def scored(spec: SearchSpec, q: VectorQuery, lists: CandidateLists) -> dict[int, float]:
     pool = Pool(lists, 3, q.dense, frozenset(q.sparse.indices))
-    return {c.hit.id.int: c.score for c in Score(Settings(_env_file=None))(spec, pool)}
+    return {
+        c.hit.id.int: c.score for c in Score(score_config(Settings(_env_file=None)))(spec, pool)
+    }
 
 
 def cosine(a: Any, b: Any) -> float:

@@ -35,9 +35,10 @@ from app.services.search import (
 )
 from app.settings import Settings
 from app.stores.vectors import CandidateLists, MemoryPayload, StoredVectors, VectorHit
+from app.wiring import score_config
 
 settings = Settings(_env_file=None)
-score = Score(settings)
+score = Score(score_config(settings))
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 QUERY = [1.0, 0.0, 0.0]
 
@@ -200,7 +201,7 @@ def test_a_cross_language_pair_is_put_on_the_same_language_scale() -> None:
     zh = hit(1, content="我上个月搬到了里斯本", dense=near, turn=near)
     en = hit(2, content="I moved to Lisbon last month", dense=near, turn=near)
     pool = Pool(CandidateLists([zh, en], []), 0, QUERY, frozenset())
-    plain = Score(Settings(_env_file=None, cross_language_relevance=False))
+    plain = Score(score_config(Settings(_env_file=None, cross_language_relevance=False)))
     s = spec(query="where do I live")
     mapped = {c.hit.id.int: c.semantic for c in score(s, pool)}
     unmapped = {c.hit.id.int: c.semantic for c in plain(s, pool)}
@@ -242,7 +243,7 @@ def test_the_answer_type_penalty_setting_leaves_the_relevance_alone() -> None:
     en = hit(1, content="I really like the seafood here", dense=near, turn=near)
     pool = Pool(CandidateLists([en], [en]), 0, QUERY, frozenset())
     s = spec(query="我住在哪里")
-    off = Score(Settings(_env_file=None, answer_type_penalty=0))
+    off = Score(score_config(Settings(_env_file=None, answer_type_penalty=0)))
     assert off(s, pool)[0].semantic == score(s, pool)[0].semantic
     assert off.scalar(s, pool)[0].semantic == score.scalar(s, pool)[0].semantic
 
@@ -591,7 +592,7 @@ def test_relevance_weights_for_another_encoder_replace_the_bundled_calibration(
     environment's JSON: those coefficients, and no cross-language map."""
     weights = {"cos_turn": 1.0, "cos_chunk": 2.0, "cov_own": 0.5, "cov_chunk": 0.25, "bias": -9.0}
     monkeypatch.setenv("STRATA_RELEVANCE_WEIGHTS", json.dumps(weights))
-    own = Score(Settings(_env_file=None))
+    own = Score(score_config(Settings(_env_file=None)))
     near = [0.9, 0.43589, 0.0]  # cosine 0.9 with QUERY
     zh = hit(1, content="我上个月搬到了里斯本", dense=near, turn=near)
     en = hit(2, content="I moved to Lisbon last month", dense=near, turn=near)
