@@ -47,7 +47,7 @@ from app.services.memories import MemoryService
 from app.services.metrics import MetricsService
 from app.services.profile import ProfileService
 from app.services.promotion import Promoter
-from app.services.recall import RecallService
+from app.services.recall import RecallConfig, RecallService
 from app.services.reindex import Reindexer
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
@@ -151,7 +151,7 @@ def build_container(resources: Resources) -> Container:
         r.db,
         r.vectors,
         r.embedder,
-        r.settings,
+        recall_config(r.settings),
         rewriter=rewrite.for_search,
         # docs/seams.md: newer statements of a change first, then the relevance floor.
         stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
@@ -353,3 +353,7 @@ def score_config(s: Settings) -> ScoreConfig:
         recency_lambda_per_day=s.recency_lambda_per_day,
         importance_intrinsic_share=s.importance_intrinsic_share,
     )
+
+
+def recall_config(s: Settings) -> RecallConfig:
+    return RecallConfig(score=score_config(s), reinforce_min_relevance=s.reinforce_min_relevance)

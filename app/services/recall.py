@@ -47,7 +47,6 @@ from app.services.search import (
     states_change,
     to_result,
 )
-from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
@@ -56,13 +55,21 @@ from app.stores.vectors import PayloadPatch, VectorIndex, VectorQuery
 log = logging.getLogger("strata.recall")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecallConfig:
+    """The settings recall reads (app/settings.py; built in app/wiring.py)."""
+
+    score: ScoreConfig  # its scoring's, `candidate_pool` the index is asked for too
+    reinforce_min_relevance: float  # a result reinforces its memory from this relevance up
+
+
 class RecallService:
     def __init__(
         self,
         db: Database,
         vectors: VectorIndex,
         embedder: Embedder,
-        settings: Settings,
+        config: RecallConfig,
         *,
         rewriter: Rewriter = no_rewrite,
         stages: Sequence[Stage] = (),
@@ -71,9 +78,9 @@ class RecallService:
         self.db = db
         self.vectors = vectors
         self.embedder = embedder
-        self.settings = settings
+        self.config = config
         self.rewriter = rewriter
-        self.score = Score(_score_config(settings))
+        self.score = Score(config.score)
         self.stages = list(stages)  # after scoring, in order; docs/seams.md
         # Change promotion's comparisons are made by the index in the retrieval's own call,
         # at the stage's threshold; without the stage, none are asked for.
@@ -113,7 +120,7 @@ class RecallService:
             spec = dataclasses.replace(spec, query=rewritten.rewritten)
         candidates = self.score(spec, await self.retrieve(spec))
         ranked = await run_stages(spec, candidates, self.stages)
-        floor = max(spec.min_relevance, self.settings.reinforce_min_relevance)
+        floor = max(spec.min_relevance, self.config.reinforce_min_relevance)
         return Found(
             [to_result(c) for c in ranked],
             rewritten.rewritten if rewritten is not None else None,
@@ -137,7 +144,6 @@ class RecallService:
         # Summaries are searched only when asked for (`kinds`): a plain recall, and
         # context's, find memories, and context shows summaries in a section of their own.
         kinds = spec.kinds or ("memory",)
-        s = self.settings
         upper = spec.created_until()
         dense_task = asyncio.ensure_future(self._embed_query(spec.query))
         max_access = await self._max_access_count(spec.tenant_id, spec.user_id)
@@ -149,7 +155,7 @@ class RecallService:
                 user_id=spec.user_id,
                 dense=dense,
                 sparse=sparse,
-                limit=max(spec.top_k, s.candidate_pool),
+                limit=max(spec.top_k, self.config.score.candidate_pool),
                 memory_types=list(spec.memory_types) if spec.memory_types else None,
                 kinds=list(kinds),
                 created_from=spec.created_from.timestamp() if spec.created_from else None,
@@ -363,23 +369,3 @@ def _reinforced(
 MAX_ACCESS_TTL_SECONDS = 5.0
 QUERY_CACHE_SIZE = 1024
 REINFORCE_FLUSH_SECONDS = 1.0
-
-
-def _score_config(s: Settings) -> ScoreConfig:
-    return ScoreConfig(
-        candidate_pool=s.candidate_pool,
-        rrf_k=s.rrf_k,
-        sparse_weight=s.sparse_weight,
-        dense_weight=s.dense_weight,
-        dense_weight_cross_language=s.dense_weight_cross_language,
-        relevance_weights=s.relevance_weights,
-        cross_language_relevance=s.cross_language_relevance,
-        relevance_share=s.relevance_share,
-        answer_type_penalty=s.answer_type_penalty,
-        named_period_penalty=s.named_period_penalty,
-        weight_semantic=s.weight_semantic,
-        weight_recency=s.weight_recency,
-        weight_importance=s.weight_importance,
-        recency_lambda_per_day=s.recency_lambda_per_day,
-        importance_intrinsic_share=s.importance_intrinsic_share,
-    )
