@@ -46,7 +46,7 @@ from app.services.maintenance import MaintenanceService
 from app.services.memories import MemoryService
 from app.services.metrics import MetricsService
 from app.services.profile import ProfileService
-from app.services.promotion import Promoter
+from app.services.promotion import Promoter, PromotionConfig
 from app.services.recall import RecallConfig, RecallService
 from app.services.reindex import Reindexer
 from app.services.rewrite import RewriteService
@@ -264,7 +264,7 @@ def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None 
         r.db,
         r.vectors,
         r.embedder,
-        r.settings,
+        promotion_config(r.settings),
         owner=owner,
         stop=stop,
         signals=r.signals,
@@ -357,3 +357,16 @@ def score_config(s: Settings) -> ScoreConfig:
 
 def recall_config(s: Settings) -> RecallConfig:
     return RecallConfig(score=score_config(s), reinforce_min_relevance=s.reinforce_min_relevance)
+
+
+def promotion_config(s: Settings) -> PromotionConfig:
+    return PromotionConfig(
+        index=index_config(s),
+        worker_batch_messages=s.worker_batch_messages,
+        worker_slice_chars=s.worker_slice_chars,
+        worker_lease_seconds=s.worker_lease_seconds,
+        promote_retry_base_seconds=s.promote_retry_base_seconds,
+        promote_retry_max_seconds=s.promote_retry_max_seconds,
+        dedupe_threshold=s.dedupe_threshold,
+        job_max_attempts=s.job_max_attempts,
+    )

@@ -51,7 +51,6 @@ from app.services.indexing import (
 )
 from app.services.reindex import PointPlan, Reindexer
 from app.services.search import text_facts
-from app.settings import Settings
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
@@ -90,13 +89,27 @@ class _Slice:
         return [*self.chunks, self.before.chunk] if self.before is not None else self.chunks
 
 
+@dataclass(frozen=True, slots=True)
+class PromotionConfig:
+    """The settings promotion reads (app/settings.py; built in app/wiring.py)."""
+
+    index: IndexConfig  # how a turn's point is built (the reindexer's too)
+    worker_batch_messages: int
+    worker_slice_chars: int
+    worker_lease_seconds: float
+    promote_retry_base_seconds: float
+    promote_retry_max_seconds: float
+    dedupe_threshold: float
+    job_max_attempts: int
+
+
 class Promoter:
     def __init__(
         self,
         db: Database,
         vectors: VectorIndex,
         embedder: Embedder,
-        settings: Settings,
+        config: PromotionConfig,
         *,
         owner: str,
         stop: asyncio.Event | None = None,
@@ -114,7 +127,7 @@ class Promoter:
         self.warm_scoring = warm_scoring
         self.vectors = vectors
         self.embedder = embedder
-        self.settings = settings
+        self.config = config
         self.owner = owner
         self.stop = stop or asyncio.Event()
         self.signals = signals
@@ -122,8 +135,7 @@ class Promoter:
         # slice's new ones, and a long turn costs tenths of a second to embed again. It
         # also holds the next slices embedded ahead (`_look_ahead`), at most half of it.
         self.recent_lines = LineCache(1024)
-        self.index = _index_config(settings)
-        self.reindexer = Reindexer(db, vectors, embedder, self.index, self.recent_lines)
+        self.reindexer = Reindexer(db, vectors, embedder, config.index, self.recent_lines)
         # Whether the last pass left messages behind (a slice's bound, or more sessions than
         # one pass claims): the worker then goes on at once, never pausing to gather.
         self.left_backlog = False
@@ -138,7 +150,7 @@ class Promoter:
         self.clock = clock
 
     def _lease_until(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self.settings.worker_lease_seconds)
+        return datetime.now(UTC) + timedelta(seconds=self.config.worker_lease_seconds)
 
     async def run_once(self, max_sessions: int = 8) -> int:
         """One pass over the backlog; returns how many messages were promoted."""
@@ -255,11 +267,9 @@ class Promoter:
                     claim.user_id,
                     claim.session_id,
                     after_seq=upto,
-                    upto_seq=min(claim.last_seq, upto + self.settings.worker_batch_messages),
+                    upto_seq=min(claim.last_seq, upto + self.config.worker_batch_messages),
                 )
-                new = slice_by_chars(
-                    [log_message(r) for r in rows], self.settings.worker_slice_chars
-                )
+                new = slice_by_chars([log_message(r) for r in rows], self.config.worker_slice_chars)
                 lines += [m.line for m in new if m.role in INDEXED_ROLES]
                 if len(lines) >= budget:
                     break
@@ -301,8 +311,8 @@ class Promoter:
     def _retry_at(self, failures: int) -> datetime:
         wait = backoff_seconds(
             failures,
-            base=self.settings.promote_retry_base_seconds,
-            cap=self.settings.promote_retry_max_seconds,
+            base=self.config.promote_retry_base_seconds,
+            cap=self.config.promote_retry_max_seconds,
         )
         return datetime.now(UTC) + timedelta(seconds=wait)
 
@@ -319,9 +329,9 @@ class Promoter:
         cursor = claim.indexed_seq
         if cursor >= claim.last_seq or self.stop.is_set():
             return None
-        upto = min(claim.last_seq, cursor + self.settings.worker_batch_messages)
-        lookback = context_lookback(self.index)
-        ahead = context_lookahead(self.index)
+        upto = min(claim.last_seq, cursor + self.config.worker_batch_messages)
+        lookback = context_lookback(self.config.index)
+        ahead = context_lookahead(self.config.index)
         async with self.db.read() as tx:
             rows = await message_store.seq_range(
                 tx,
@@ -341,7 +351,7 @@ class Promoter:
                 deleted, before, watch = await self._turn_before(tx, claim, log_messages, cursor)
         context = [m for m in log_messages if m.seq <= cursor and m.seq not in deleted]
         pending = [m for m in log_messages if m.seq > cursor]
-        new = slice_by_chars(pending, self.settings.worker_slice_chars)
+        new = slice_by_chars(pending, self.config.worker_slice_chars)
         # The whole range when it all fits (stepping over any gap in the log), else up to
         # the last message of the slice.
         new_upto = upto if len(new) == len(pending) else new[-1].seq
@@ -354,8 +364,8 @@ class Promoter:
                 claim.incarnation,
                 context,
                 new,
-                dense_context=self.settings.dense_context_turns,
-                sparse_context=self.settings.sparse_context_turns,
+                dense_context=self.config.index.dense_context_turns,
+                sparse_context=self.config.index.sparse_context_turns,
                 next_within=ahead,
                 back_within=lookback,
             )
@@ -390,7 +400,7 @@ class Promoter:
         watch = [i for i, seq in ids.items() if seq in rows and seq not in deleted]
         last = next((m for m in reversed(done) if m.seq not in deleted), None)
         first = next(m for m in messages if m.seq > cursor and m.role in INDEXED_ROLES)
-        ahead = context_lookahead(self.index)
+        ahead = context_lookahead(self.config.index)
         if last is None or last.seq not in rows or first.seq - last.seq > ahead:
             return deleted, None, watch  # (too far back: the slice is not its next turn)
         logs = {key: {m.seq: m for m in messages if m.seq not in deleted}}
@@ -439,9 +449,9 @@ class Promoter:
         kept, vectors, turns = await embed_chunks(
             self.embedder,
             chunks,
-            self.settings.dense_context_weight,
+            self.config.index.dense_context_weight,
             self.recent_lines,
-            self.settings.dense_next_weight,
+            self.config.index.dense_next_weight,
         )
         return {c.id: (v, turns.get(c.id)) for c, v in zip(kept, vectors, strict=True)}
 
@@ -466,7 +476,7 @@ class Promoter:
         """
         done, same_text = await self._existing(claim, chunks)
         plan = await asyncio.to_thread(
-            plan_batch, chunks, vectors, done, same_text, self.settings.dedupe_threshold
+            plan_batch, chunks, vectors, done, same_text, self.config.dedupe_threshold
         )
 
         def build() -> list[VectorPoint]:
@@ -494,7 +504,7 @@ class Promoter:
                 )
                 if extract:
                     await enqueue_extraction(
-                        tx, claim, from_seq, to_seq, max_attempts=self.settings.job_max_attempts
+                        tx, claim, from_seq, to_seq, max_attempts=self.config.job_max_attempts
                     )
                 facts: list[uuid.UUID] = []
                 if said and self.graph is not None:
@@ -542,8 +552,8 @@ class Promoter:
             before.vector,
             before.turn,
             MemoryPayload.from_row(plan.row, role=plan.role),
-            self.settings.sparse_context_weight,
-            self.settings.sparse_next_weight,
+            self.config.index.sparse_context_weight,
+            self.config.index.sparse_next_weight,
         )
 
     async def _rebuild(self, tenant_id: str, ids: list[uuid.UUID]) -> None:
@@ -703,8 +713,8 @@ class Promoter:
             memory.vector,
             turn,
             payload,
-            self.settings.sparse_context_weight,
-            self.settings.sparse_next_weight,
+            self.config.index.sparse_context_weight,
+            self.config.index.sparse_next_weight,
         )
 
     @staticmethod
@@ -791,14 +801,3 @@ class _Stale(Exception):
 
 class _LeaseLost(Exception):
     """Rolls back a batch whose session another worker has taken over."""
-
-
-def _index_config(s: Settings) -> IndexConfig:
-    return IndexConfig(
-        dense_context_turns=s.dense_context_turns,
-        dense_context_weight=s.dense_context_weight,
-        dense_next_weight=s.dense_next_weight,
-        sparse_context_turns=s.sparse_context_turns,
-        sparse_context_weight=s.sparse_context_weight,
-        sparse_next_weight=s.sparse_next_weight,
-    )
