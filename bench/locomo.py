@@ -308,6 +308,60 @@ async def context_calls(
     }
 
 
+def _flat(text: str) -> str:
+    """Whitespace collapsed: the context indents an item's further lines (`set_off`)."""
+    return " ".join(text.split())
+
+
+async def context_evidence(
+    api: Api, conversations: list[Conversation], budgets: Sequence[int], concurrency: int
+) -> JSON:
+    """Every question asked of the context (its `query`, the conversation's last session,
+    `as_of` set) at each budget: the share of evidence turns whose whole text is in `text`
+    (as a memory, a recent turn, or inside an extractive summary)."""
+    by_index = {c.index: c for c in conversations}
+    turns = {
+        (c.index, m["id"]): _flat(m["content"])
+        for c in conversations
+        for s in c.sessions
+        for m in s.messages
+    }
+    questions = [q for c in conversations for q in c.questions]
+    out: JSON = {}
+    for budget in budgets:
+
+        async def one(q: Question, budget: int = budget) -> tuple[Question, JSON | None]:
+            conv = by_index[q.conv]
+            body = {
+                "user_id": conv.user_id,
+                "query": q.question,
+                "token_budget": budget,
+                "as_of": conv.as_of.isoformat(),
+            }
+            data, _ = await api.context(conv.last_session.session_id, body)
+            return q, data
+
+        results = await run_pool(questions, one, concurrency)
+        found = total = 0
+        ok = [(q, d) for q, d in results if d is not None]
+        for q, d in ok:
+            text = _flat(d["text"])
+            total += len(q.evidence)
+            found += sum(1 for e in q.evidence if turns[(q.conv, e)] in text)
+        tokens = [d["tokens"] for _, d in ok]
+        out[str(budget)] = {
+            "questions": len(questions),
+            "ok": len(ok),
+            "evidence": total,
+            "evidence_in_text": found / total if total else None,
+            "over_budget": sum(1 for t in tokens if t["total"] > budget),
+            "memories_tokens": summarize([float(t.get("memories", 0)) for t in tokens]),
+            "summaries_tokens": summarize([float(t.get("summaries", 0)) for t in tokens]),
+            "memories_per_call": summarize([float(len(d["sections"]["memories"])) for _, d in ok]),
+        }
+    return out
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -402,6 +456,21 @@ async def main_async(args: argparse.Namespace) -> int:
                 f"{ctx['over_budget']}"
             )
 
+        evidence_ctx: JSON = {}
+        if args.context_budgets:
+            evidence_ctx = await context_evidence(
+                api, conversations, args.context_budgets, args.concurrency
+            )
+            print("evidence in one context call (share of evidence turns whose text is in `text`):")
+            for budget, m in evidence_ctx.items():
+                print(
+                    f"  {budget:>6s} tokens: {fmt(m['evidence_in_text'], 3)} of {m['evidence']} "
+                    f"({m['ok']}/{m['questions']} ok, over budget {m['over_budget']}); "
+                    f"memories p50 {fmt(m['memories_per_call']['p50'], 0)} "
+                    f"({fmt(m['memories_tokens']['p50'], 0)} tokens), summaries p50 "
+                    f"{fmt(m['summaries_tokens']['p50'], 0)} tokens"
+                )
+
         overall = metrics(good)
         by_cat: dict[int, list[Answer]] = defaultdict(list)
         by_conv: dict[int, list[Answer]] = defaultdict(list)
@@ -453,6 +522,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 "reference_dragon": {f"R@{k}": v for k, v in DRAGON.items()},
             },
             "context": ctx,
+            "context_evidence": evidence_ctx,
             "errors": api.errors.as_json(),
             "questions": [
                 {
@@ -483,6 +553,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=4, help="recall/context calls in flight")
     p.add_argument("--context-calls", type=int, default=200, help="context calls (0: none)")
     p.add_argument("--context-budget", type=int, default=4000)
+    p.add_argument(
+        "--context-budgets",
+        type=lambda v: [int(x) for x in v.split(",") if x],
+        default=[],
+        help="e.g. 1000,2000,4000: every question asked of the context at each budget, the "
+        "share of evidence turns whose text is in its `text`",
+    )
     p.add_argument(
         "--index-timeout",
         type=float,

@@ -38,6 +38,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import packing
+from app.core.relevance import DEFAULT_MIN_RELEVANCE
 from app.core.rewrite import Turn
 from app.core.tokens import TokenCounter
 from app.errors import TokenBudgetTooSmall
@@ -57,8 +58,15 @@ from app.stores.db import Database
 
 log = logging.getLogger("strata.context")
 
-# Memories fetched for packing; the budget decides how many stay.
-CONTEXT_TOP_K = 30
+# Memories fetched for packing, best first: as many as the budget could hold at
+# `CONTEXT_TOKENS_PER_MEMORY` each (a LoCoMo memory line averages ~45), between 30 and
+# `CONTEXT_TOP_K`; the packer decides how many stay. The best `CONTEXT_ANY_RELEVANCE` come
+# whatever their relevance; past them a memory must reach recall's default floor, so that a
+# large budget is filled with memories until relevance runs out, and only then with
+# summaries (bench/README.md, issue 40: "Evidence in one context call").
+CONTEXT_TOP_K = 200
+CONTEXT_ANY_RELEVANCE = 30
+CONTEXT_TOKENS_PER_MEMORY = 30
 
 HEAD_SYSTEM = "## Instructions"
 HEAD_WORKING_MEMORY = "## Working memory"
@@ -140,6 +148,11 @@ def layout(
         ),
     ]
     return [replace(s, share=shares.get(s.name)) for s in sections]
+
+
+def memories_for(budget: int) -> int:
+    """How many memories a context of `budget` tokens asks recall for."""
+    return max(CONTEXT_ANY_RELEVANCE, min(CONTEXT_TOP_K, budget // CONTEXT_TOKENS_PER_MEMORY))
 
 
 def section_names() -> list[str]:
@@ -341,7 +354,7 @@ class ContextService:
             tenant_id=tenant_id,
             user_id=body.user_id,
             query=query,
-            top_k=CONTEXT_TOP_K,
+            top_k=memories_for(body.token_budget),
             as_of=body.as_of,
             session_id=session_id,
             rewrite=body.rewrite,
@@ -359,9 +372,16 @@ class ContextService:
         shown = {m.seq for m in recent}
         memories = [
             r
-            for r in search.results
-            if not r.sources
-            or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
+            for rank, r in enumerate(search.results)
+            if (
+                rank < CONTEXT_ANY_RELEVANCE
+                or r.scores.semantic >= DEFAULT_MIN_RELEVANCE
+                or r.kind == "summary"  # as recall's floor (`MinRelevance`)
+            )
+            and (
+                not r.sources
+                or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
+            )
         ]
         return _Recalled(memories, search.rewritten_query, search.llm_usage, search.used)
 

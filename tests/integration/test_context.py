@@ -242,3 +242,30 @@ async def test_stored_text_cannot_pass_for_the_services_headings(
     assert sections["recent_messages"][-1]["content"] == "What about the Lisbon trip notes?" + fake
     assert any(m["content"] == "Lisbon trip notes" + fake for m in sections["memories"])
     assert body["tokens"]["total"] <= 4000
+
+
+async def test_memories_fill_a_large_budget_beyond_thirty(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """A large budget holds every relevant memory, best first, not a fixed first 30 with
+    the rest left to summaries (issue 40: memories stopped at 30 whatever the budget)."""
+    user, old, now = ids("user"), ids("old"), ids("now")
+    places = [f"trail {i} above the lake of valley {i}" for i in range(60)]
+    await post_messages(
+        running,
+        old,
+        user,
+        [turn(f"I went hiking with my brother Tom on {p}.") for p in places],
+    )
+    await post_messages(running, now, user, [turn("Hi again!")])
+    query = "Where did I go hiking with my brother Tom?"
+    body = await context(running, now, user, query=query, token_budget=8000)
+    memories = body["sections"]["memories"]
+    hikes = [m for m in memories if "hiking with my brother Tom" in m["content"]]
+    assert len(hikes) > 30, [m["content"] for m in memories]
+    assert body["tokens"]["total"] <= 8000
+    assert body["dropped"]["memories"] == 0
+    # A small budget still keeps the best of them, within the budget.
+    small = await context(running, now, user, query=query, token_budget=300)
+    assert 0 < len(small["sections"]["memories"]) < len(memories)
+    assert small["tokens"]["total"] <= 300
