@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +16,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from app.cli import cli
-from tests.e2e.test_server import _free_port
+from tests.e2e.serving import clean_env, free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-secret-for-cli-tests"
@@ -34,39 +31,13 @@ def _env(**extra: str) -> dict[str, str | None]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """`strata serve` on a port, keys required; its URL and data directory."""
-    port = _free_port()
+    port = free_port()
     data_dir = tmp_path_factory.mktemp("cli-data")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
-    env.update(STRATA_DATA_DIR=str(data_dir), STRATA_AUTH_MODE="keys", STRATA_ADMIN_KEY=ADMIN)
+    env = clean_env(STRATA_DATA_DIR=str(data_dir), STRATA_AUTH_MODE="keys", STRATA_ADMIN_KEY=ADMIN)
     log = tmp_path_factory.mktemp("cli-log") / "server.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [str(ROOT / ".venv/bin/strata"), "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
+    command = [str(ROOT / ".venv/bin/strata"), "serve", "--port", str(port)]
+    with serving(command, port, env, log) as url:
         yield url, data_dir
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _strata(*args: str, **env: str) -> Result:

@@ -6,10 +6,6 @@ change anything, and that no page asked any host but the service for anything.""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +17,7 @@ import pytest
 
 from app.console.auth import COOKIE, csrf_token
 from tests.e2e.cdp import CHROMIUM, Browser
-from tests.e2e.test_server import _free_port
+from tests.e2e.serving import clean_env, free_port, serving, uvicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-secret-for-console-tests"
@@ -40,50 +36,15 @@ TURNS = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
-    env |= {
-        "STRATA_DATA_DIR": str(tmp_path_factory.mktemp("console-data")),
-        "STRATA_AUTH_MODE": "keys",
-        "STRATA_ADMIN_KEY": ADMIN,
-    }
+    port = free_port()
+    env = clean_env(
+        STRATA_DATA_DIR=str(tmp_path_factory.mktemp("console-data")),
+        STRATA_AUTH_MODE="keys",
+        STRATA_ADMIN_KEY=ADMIN,
+    )
     log = tmp_path_factory.mktemp("console-log") / "server.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "app.main:create_app",
-                "--port",
-                str(port),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
+    with serving(uvicorn(port), port, env, log) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _key(url: str, *scopes: str) -> str:

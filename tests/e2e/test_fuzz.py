@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +31,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.conftest import REDIS_URL
+from tests.e2e.serving import clean_env, free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "fuzz-key"
@@ -52,47 +50,15 @@ pytestmark = pytest.mark.e2e
 EXCLUDED_CHECKS = "positive_data_acceptance,use_after_free,ensure_resource_availability"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextmanager
 def _server(env: dict[str, str], log: Path) -> Iterator[str]:
     """`make run` on a free port with `env` (and no other STRATA_ setting); its URL once
     `/healthz` answers."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")} | env
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            ["make", "run", f"PORT={port}"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
+    port = free_port()
+    with serving(
+        ["make", "run", f"PORT={port}"], port, clean_env(**env), log, ready="/healthz"
+    ) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,7 @@ of a real server with keys, and stdio through `strata mcp`."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +17,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.test_server import _free_port
+from tests.e2e.serving import clean_env, free_port, serving, uvicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-secret-for-mcp-tests"
@@ -38,56 +34,17 @@ TOOLS = {
 }
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
-    return {**env, **extra}
-
-
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    env = _clean_env(
+    port = free_port()
+    env = clean_env(
         STRATA_DATA_DIR=str(tmp_path_factory.mktemp("mcp-data")),
         STRATA_AUTH_MODE="keys",
         STRATA_ADMIN_KEY=ADMIN,
     )
     log = tmp_path_factory.mktemp("mcp-log") / "server.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "app.main:create_app",
-                "--port",
-                str(port),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
+    with serving(uvicorn(port), port, env, log) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _key(url: str, **body: Any) -> str:
@@ -242,7 +199,7 @@ async def test_a_local_agent_uses_strata_over_stdio(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=str(Path(sys.executable).parent / "strata"),
         args=["mcp"],
-        env=_clean_env(STRATA_DATA_DIR=str(tmp_path / "data")),
+        env=clean_env(STRATA_DATA_DIR=str(tmp_path / "data")),
         cwd=str(ROOT),
     )
     async with Client(params) as client:

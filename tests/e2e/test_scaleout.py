@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from tests.conftest import REDIS_URL
+from tests.e2e.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -101,7 +94,7 @@ async def test_two_api_processes_and_a_worker_add_up(
 
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
-    api_port, worker_port = _free_port(), _free_port()
+    api_port, worker_port = free_port(), free_port()
     api_env = {
         **env,
         "STRATA_QDRANT_URL": ":memory:",

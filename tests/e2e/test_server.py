@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,51 +16,19 @@ import httpx
 import orjson
 import pytest
 
+from tests.e2e.serving import clean_env, free_port, serving
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def server_and_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    port = _free_port()
-    env = {**os.environ, "STRATA_DATA_DIR": str(tmp_path_factory.mktemp("e2e-data"))}
-    env = {k: v for k, v in env.items() if not k.startswith("STRATA_") or k == "STRATA_DATA_DIR"}
+    port = free_port()
+    env = clean_env(STRATA_DATA_DIR=str(tmp_path_factory.mktemp("e2e-data")))
     log = tmp_path_factory.mktemp("e2e-log") / "server.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            ["make", "run", f"PORT={port}"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
+    with serving(["make", "run", f"PORT={port}"], port, env, log) as url:
         yield url, log
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

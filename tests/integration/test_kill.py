@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from app.resources import open_resources
 from app.settings import Settings
 from app.stores.models import Memory, MemoryEvent
 from tests.conftest import REDIS_URL, Running, full_settings
+from tests.e2e.serving import free_port
 from tests.stubs import serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,13 +125,6 @@ async def until(what: str, check: Callable[[], Awaitable[bool]], tmp_path: Path)
         await asyncio.sleep(0.05)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def batches(tag: str) -> list[list[dict[str, str]]]:
     return [
         [
@@ -163,7 +156,7 @@ async def test_the_api_killed_mid_ingest_loses_and_duplicates_nothing(
     spawn: Callable[[str, list[str], dict[str, str]], subprocess.Popen[bytes]],
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = _strata_env(stub, data_dir=str(tmp_path / "data"))
     serve_args = ["-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port)]

@@ -28,6 +28,7 @@ from app.settings import RefusedConfiguration, Settings
 from app.stores import jobs as job_store
 from app.worker import finish, run_worker
 from tests.conftest import Running, embedded_settings, full_settings, post_messages, turn
+from tests.e2e.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,17 +196,10 @@ async def test_a_worker_cancelled_mid_pass_cancels_its_running_jobs(workerless: 
         resources.embedder = embedder.inner
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A redis-server of the test's own, to freeze with SIGSTOP; always thawed and ended."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
         cwd=tmp_path,
