@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from app.core import keys
 from app.settings import Settings
-from tests.conftest import Running, full_settings, turn
+from tests.conftest import Running, embedded_settings, full_settings, turn
 
 ADMIN = "admin-secret-for-isolation"
 
@@ -40,12 +40,27 @@ async def make_key(running: Running, tenant: str) -> dict[str, str]:
     return bearer(resp.json()["key"])
 
 
+@pytest.fixture(scope="module")
+async def keyed_embedded(
+    tmp_path_factory: pytest.TempPathFactory, start_app: Callable[[Settings], Any]
+) -> AsyncIterator[Running]:
+    settings = embedded_settings(tmp_path_factory.mktemp("isolation"), admin_key=ADMIN)
+    async with start_app(settings) as running:
+        yield running
+
+
+@pytest.fixture(params=["full", "embedded"])
+def keyed(request: pytest.FixtureRequest) -> Running:
+    running: Running = request.getfixturevalue(f"keyed_{request.param}")
+    return running
+
+
 async def test_tenant_acme_and_tenant_acme_x_share_no_buffer(
-    keyed_full: Running, ids: Callable[[str], str]
+    keyed: Running, ids: Callable[[str], str]
 ) -> None:
-    app = keyed_full.client
+    app = keyed.client
     acme = ids("acme")
-    inner, outer = await make_key(keyed_full, f"{acme}:x"), await make_key(keyed_full, acme)
+    inner, outer = await make_key(keyed, f"{acme}:x"), await make_key(keyed, acme)
     user = "u"  # the same user id in both tenants
 
     # As `acme:x`: session `y`, a message and a scratchpad.
