@@ -33,6 +33,7 @@ from app.wiring import Services
 HERE = Path(__file__).parent
 STATIC = {"console.css": "text/css"}
 PAGE = 50
+DRY_SAMPLE = 2000  # memories the forgetting view's dry run reads (docs/console.md)
 LEVELS = ("daily", "weekly", "essence")
 ACTIONS = {
     "forget": "Forget this memory (delete it; its history stays readable)",
@@ -392,8 +393,8 @@ async def forgetting(
     request: Request, user_id: str, cursor: str | None = None, dry: str | None = None
 ) -> Response:
     """Each memory of the page on its retention curve against the sweep's threshold, with
-    the verdict the sweep would give it now; `dry=1` runs the sweep's own dry run for the
-    user (what the next sweep would forget)."""
+    the verdict the sweep would give it now; `dry=1` runs the sweep's own dry run over the
+    user's first `DRY_SAMPLE` memories in the sweep's order (never all of a large user)."""
 
     async def build(who: Who) -> Response:
         f = who.services.forgetting
@@ -423,10 +424,8 @@ async def forgetting(
             policy.retention_threshold,
             policy.base_days,
         )
-        report = (
-            await f.sweep(tenant_id=who.tenant, user_id=user_id, dry_run=True, now=now)
-            if dry
-            else None
+        report, more = (
+            await f.dry_run_sample(who.tenant, user_id, now, DRY_SAMPLE) if dry else (None, False)
         )
         return render(
             request,
@@ -439,6 +438,8 @@ async def forgetting(
             rows=rows,
             chart=chart,
             report=report,
+            more=more,
+            sample=DRY_SAMPLE,
             now=now,
         )
 

@@ -147,6 +147,22 @@ class ForgettingService:
             await self._purge(tenant, user_id, policy, now, report)
         return report
 
+    async def dry_run_sample(
+        self, tenant_id: str, user_id: str, now: datetime, limit: int
+    ) -> tuple[SweepReport, bool]:
+        """The sweep's dry run over the user's first `limit` memories in the sweep's own
+        order (and its first page of purges), and whether the user has more: bounded, for
+        the console, where the full dry run reads every memory of the user."""
+        report = SweepReport(dry_run=True, now=now)
+        policy = await self.policy(tenant_id)
+        async with self.db.read() as tx:
+            rows = await forget_store.sweep_page(
+                tx, tenant_id=tenant_id, user_id=user_id, after=None, limit=limit + 1
+            )
+        await self._sweep_rows(tenant_id, rows[:limit], policy, now, report)
+        await self._purge(tenant_id, user_id, policy, now, report)
+        return report, len(rows) > limit
+
     def _decisions(
         self,
         tenant_id: str,

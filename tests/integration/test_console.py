@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import pytest
+
+from app.console import routes
 from app.console.auth import COOKIE
 from app.services.directory import DirectoryService
 from tests.conftest import Running, post_messages, turn
@@ -116,3 +119,26 @@ async def test_erasing_a_user_from_the_console_leaves_nothing_listed(
     directory: DirectoryService = running.state["services"].directory
     assert (await directory.users("default", user, None, 10)).items == []
     client.cookies.clear()
+
+
+async def test_the_forgetting_view_reads_a_page_and_a_bounded_dry_run(
+    running: Running, ids: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user with more memories than a page and than the dry run's sample: the view lists
+    one page with a next cursor, and the dry run says it read only the first ones."""
+    monkeypatch.setattr(routes, "PAGE", 2)
+    monkeypatch.setattr(routes, "DRY_SAMPLE", 2)
+    user = ids("bounded")
+    await post_messages(
+        running, "s1", user, [turn(f"Fact number {n}: I like colour {n}.") for n in range(4)]
+    )
+    listed = await running.client.get("/v1/memories", params={"user_id": user, "limit": 10})
+    assert len(listed.json()["items"]) > 2
+    page = await running.client.get(f"/console/users/{user}/forgetting?dry=1")
+    assert page.status_code == 200, page.text
+    table = page.text.split('id="retention-table"')[1].split("</table>")[0]
+    assert table.count("<tr>") - 1 == 2  # the header, then one row per memory of the page
+    assert "Next page" in page.text
+    assert "first 2 memories in the sweep" in page.text
+    assert "2 examined" in page.text
+    running.client.cookies.clear()
