@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 from app.core.clock import Clock
 from app.jobs.catalog import build_registry
-from app.jobs.forgetting import PromotePass
 from app.jobs.registry import Registry
 from app.resources import Resources, open_resources
 from app.services.context import ContextService, stored_size
@@ -42,7 +41,7 @@ from app.services.indexing import IndexConfig
 from app.services.ingest import IngestConfig, IngestService
 from app.services.jobs import JobService
 from app.services.keys import KeyConfig, KeyService
-from app.services.maintenance import MaintenanceService
+from app.services.maintenance import MaintenanceService, PromotePass
 from app.services.memories import MemoryService
 from app.services.metrics import MetricsService
 from app.services.profile import ProfileService
@@ -103,6 +102,7 @@ class Container:
         return build_registry(
             self.resources.db,
             self.resources.settings,
+            jobs=s.jobs,
             summary_service=s.summaries,
             reindexer=self.reindexer,
             erasure_service=s.erasure,

@@ -16,11 +16,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from app import logs, malloc
-from app.jobs import reindex
 from app.jobs import tasks as job_tasks
 from app.jobs.registry import Registry
-from app.jobs.reindex import REINDEX
 from app.resources import Resources
+from app.services.reindex import REINDEX
 from app.settings import Settings, refuse_unworkable
 from app.stores import heartbeats
 from app.stores.signals import Signals
@@ -47,7 +46,7 @@ async def run_worker(
     if registry is None:
         registry = container.registry(promoter.run_once)
     if REINDEX in registry.kinds:
-        await _reindex_if_empty(resources)
+        await _reindex_if_empty(container)
     jobs = job_tasks.start(
         resources.db, resources.settings, owner, stop, registry, metrics=resources.metrics
     )
@@ -150,12 +149,12 @@ class _Heart:
                 await heartbeats.forget(tx, self.owner)
 
 
-async def _reindex_if_empty(resources: Resources) -> None:
+async def _reindex_if_empty(container: Container) -> None:
     """An empty index beside live memories in SQL (a new index schema or model, a lost
     volume): enqueue its rebuild. Never fatal: promotion and the jobs go on regardless."""
     try:
-        await reindex.enqueue_if_empty(
-            resources.db, resources.vectors, max_attempts=resources.settings.job_max_attempts
+        await container.reindexer.enqueue_if_empty(
+            max_attempts=container.resources.settings.job_max_attempts
         )
     except Exception:
         log.exception("could not check whether the index needs a rebuild")

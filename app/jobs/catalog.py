@@ -1,19 +1,22 @@
-"""Every job kind and periodic schedule the service runs: the one place to add one."""
+"""Every job kind and periodic schedule the service runs: the one list of what a process
+registers. Each kind is declared beside its service (app/services/job_kinds.py); this
+module only says which of them a process runs, on which services."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from app.jobs import erasure, facts, housekeeping, reindex, summaries
-from app.jobs import forgetting as forgetting_jobs
-from app.jobs.forgetting import PromotePass
 from app.jobs.registry import Registry
 from app.services.facts import FactExtractor
 from app.services.forgetting import ForgettingService
 from app.services.graph_extraction import GraphBackfill
+from app.services.job_kinds import JobKind
+from app.services.jobs import JobService
+from app.services.maintenance import MaintenanceTasks, PromotePass
 from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
-from app.services.users import ErasureService
+from app.services.users import ERASE_USER, ErasureService
 from app.settings import Settings
 from app.stores.db import Database
 
@@ -22,6 +25,7 @@ def build_registry(
     db: Database,
     settings: Settings,
     *,
+    jobs: JobService | None = None,
     summary_service: SummaryService | None = None,
     reindexer: Reindexer | None = None,
     erasure_service: ErasureService | None = None,
@@ -32,22 +36,22 @@ def build_registry(
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
     service, the reindexer or the erasure service (a test, a tool, a process without the
-    vector index) leaves those jobs to one built with them."""
-    registry = Registry()
-    housekeeping.register(registry, db, keep=timedelta(days=settings.job_keep_succeeded_days))
+    vector index) leaves those jobs to one built with them. `jobs` defaults to a job
+    service on `db` (a test's, a tool's; a process's comes from its container)."""
+    jobs = jobs or JobService(db, max_attempts=settings.job_max_attempts)
+    # Erasure receipts stay: the proof that a user was erased (docs/privacy.md).
+    keep = timedelta(days=settings.job_keep_succeeded_days)
+    kinds: list[JobKind[Any]] = [jobs.purge_job(keep=keep, keep_kinds=(ERASE_USER,))]
     if summary_service is not None:
-        summaries.register(registry, summary_service)
+        kinds += summary_service.jobs()
     if reindexer is not None:
-        reindex.register(registry, reindexer)
+        kinds.append(reindexer.job())
     if erasure_service is not None:
-        erasure.register(registry, erasure_service)
+        kinds.append(erasure_service.job())
     if forgetting is not None:
-        forgetting_jobs.register_sweep(
-            registry, forgetting, every=timedelta(hours=settings.forgetting_sweep_hours)
-        )
+        kinds.append(forgetting.sweep_job(every=timedelta(hours=settings.forgetting_sweep_hours)))
         if summary_service is not None and reindexer is not None:
-            forgetting_jobs.register_maintenance(
-                registry,
+            tasks = MaintenanceTasks(
                 forgetting=forgetting,
                 summaries=summary_service,
                 reindexer=reindexer,
@@ -55,6 +59,7 @@ def build_registry(
                 graph=graph_backfill,
                 clock=forgetting.clock,
             )
+            kinds.append(tasks.job())
     if fact_extractor is not None:  # only with an LLM: without one nothing is extracted
-        facts.register(registry, fact_extractor)
-    return registry
+        kinds.append(fact_extractor.job())
+    return Registry(kinds)

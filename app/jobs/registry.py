@@ -1,34 +1,22 @@
 """Which async handler runs each job kind, and which kinds run on a schedule.
 
-A handler is a plain async function `(ctx, payload) -> result`. It must be idempotent: a
-runner killed mid-job leaves the job running until its lease expires, and then another
-runner runs it again from the start (docs/jobs.md).
+A kind is declared beside its service (app/services/job_kinds.py); `declare` registers it,
+so its stored payload is checked against its model before the handler runs. `add` takes a
+bare handler over the stored dict (a test's). Handlers must be idempotent: a runner killed
+mid-job leaves the job running until its lease expires, and then another runner runs it
+again from the start (docs/jobs.md).
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-# Owner of work that belongs to no tenant (housekeeping). Not reachable through the API,
-# whose callers are always a real tenant.
-SYSTEM_TENANT = "_system"
+from app.services.job_kinds import SYSTEM_TENANT, JobContext, JobKind
 
-
-@dataclass(frozen=True, slots=True)
-class JobContext:
-    """What a handler knows of the run it is in."""
-
-    job_id: uuid.UUID
-    tenant_id: str
-    kind: str
-    key: str
-    attempt: int  # 1 on the first run; a takeover after a crash counts as a new attempt
-    max_attempts: int
-
+__all__ = ["SYSTEM_TENANT", "Handler", "JobContext", "Registry", "Schedule"]
 
 Handler = Callable[[JobContext, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -44,15 +32,25 @@ class Schedule:
 
 
 class Registry:
-    def __init__(self) -> None:
+    def __init__(self, kinds: list[JobKind[Any]] | None = None) -> None:
         self.handlers: dict[str, Handler] = {}
+        self.declared: dict[str, JobKind[Any]] = {}
         self.schedules: list[Schedule] = []
+        for kind in kinds or []:
+            self.declare(kind)
 
     @property
     def kinds(self) -> frozenset[str]:
         """The kinds this registry can run: a runner claims only these, so a process that
         does not know a kind (an older release, say) leaves its jobs to one that does."""
         return frozenset(self.handlers)
+
+    def declare(self, kind: JobKind[Any]) -> None:
+        """Run jobs of `kind` (its payload checked first), and schedule it if periodic."""
+        self.add(kind.name, kind.run)
+        self.declared[kind.name] = kind
+        if kind.every is not None:
+            self.every(kind.every, kind.name)
 
     def add(self, kind: str, handler: Handler) -> None:
         if kind in self.handlers:

@@ -21,6 +21,7 @@ from app.core.backoff import backoff_seconds
 from app.jobs.registry import JobContext, Registry
 from app.logs import job_id_var
 from app.metrics import Metrics
+from app.services.job_kinds import InvalidPayload
 from app.stores import jobs as job_store
 from app.stores.db import Database
 from app.stores.models import Job
@@ -159,11 +160,12 @@ class JobRunner:
                 return
 
     async def _fail(self, job: Job, exc: Exception) -> None:
-        """Queue the job again after a backoff, or fail it for good on its last attempt."""
+        """Queue the job again after a backoff, or fail it for good on its last attempt
+        (or at once when its payload is invalid: a retry would read the same row)."""
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
         now = datetime.now(UTC)
         retry_at: datetime | None = None
-        if job.attempts < job.max_attempts:
+        if job.attempts < job.max_attempts and not isinstance(exc, InvalidPayload):
             wait = backoff_seconds(
                 job.attempts, base=self.retry_base_seconds, cap=self.retry_max_seconds
             )

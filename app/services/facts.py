@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from app.core import facts, keys, terms
 from app.core.audit import AuditEvent
 from app.core.chunking import LogMessage, source_of
@@ -31,6 +33,7 @@ from app.core.dedupe import content_hash
 from app.providers.embeddings import Embedder
 from app.providers.llm import LLM
 from app.services.graph import TripleSpec, write_triples
+from app.services.job_kinds import JobContext, JobKind
 from app.stores import graph as graph_store
 from app.stores import jobs as job_store
 from app.stores import memories as memory_store
@@ -47,6 +50,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("strata.facts")
 
 EXTRACT_FACTS = "extract_facts"
+
+
+class ExtractFacts(BaseModel):
+    """The `extract_facts` job's payload: one promotion batch."""
+
+    # The key's form: 2, its facts' ids are named by tenant and key; a job queued before
+    # keys were encoded has none (1), and its facts keep the ids its legacy key names.
+    keys: int = 1
+    user_id: str
+    session_id: str
+    incarnation: str
+    from_seq: int
+    to_seq: int
 
 
 def job_key(user_id: str, session_id: str, incarnation: str, from_seq: int, to_seq: int) -> str:
@@ -70,14 +86,14 @@ async def enqueue_extraction(
         tenant_id=claim.tenant_id,
         kind=EXTRACT_FACTS,
         key=job_key(claim.user_id, claim.session_id, claim.incarnation, from_seq, to_seq),
-        payload={
-            "keys": 2,  # the key's form; its facts' ids are named by tenant and key
-            "user_id": claim.user_id,
-            "session_id": claim.session_id,
-            "incarnation": claim.incarnation,
-            "from_seq": from_seq,
-            "to_seq": to_seq,
-        },
+        payload=ExtractFacts(
+            keys=2,
+            user_id=claim.user_id,
+            session_id=claim.session_id,
+            incarnation=claim.incarnation,
+            from_seq=from_seq,
+            to_seq=to_seq,
+        ).model_dump(mode="json"),
         due_at=now,
         max_attempts=max_attempts,
         now=now,
@@ -116,7 +132,16 @@ class FactExtractor:
         self.llm = llm
         self.config = config
 
-    async def extract(self, tenant_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def job(self) -> JobKind[ExtractFacts]:
+        """`extract_facts`: one promotion batch's extraction. Idempotent: new facts have
+        ids derived from the batch and their text, and a fact already ended is not ended
+        again."""
+        return JobKind(EXTRACT_FACTS, ExtractFacts, self._extract_job)
+
+    async def _extract_job(self, ctx: JobContext, payload: ExtractFacts) -> dict[str, Any]:
+        return await self.extract(ctx.tenant_id, payload)
+
+    async def extract(self, tenant_id: str, payload: ExtractFacts) -> dict[str, Any]:
         """One batch: read, find similar facts, one LLM call, plan, write. Idempotent."""
         batch = await self._batch(tenant_id, payload)
         if batch is None:
@@ -136,12 +161,12 @@ class FactExtractor:
             "llm_usage": answer.usage.as_dict(),
         }
 
-    async def _batch(self, tenant_id: str, payload: dict[str, Any]) -> _Batch | None:
-        session_id, user_id = str(payload["session_id"]), str(payload["user_id"])
-        from_seq, to_seq = int(payload["from_seq"]), int(payload["to_seq"])
+    async def _batch(self, tenant_id: str, payload: ExtractFacts) -> _Batch | None:
+        session_id, user_id = payload.session_id, payload.user_id
+        from_seq, to_seq = payload.from_seq, payload.to_seq
         async with self.db.read() as tx:
             session = await session_store.get(tx, tenant_id, user_id, session_id)
-            if session is None or session.incarnation != payload["incarnation"]:
+            if session is None or session.incarnation != payload.incarnation:
                 return None
             rows = await message_store.seq_range(
                 tx, tenant_id, user_id, session_id, after_seq=from_seq, upto_seq=to_seq
@@ -163,8 +188,8 @@ class FactExtractor:
         ]
         if not any(m.role == "user" for m in messages):
             return None
-        incarnation = str(payload["incarnation"])
-        if payload.get("keys") == 2:
+        incarnation = payload.incarnation
+        if payload.keys == 2:
             name = keys.join(
                 tenant_id, job_key(session.user_id, session_id, incarnation, from_seq, to_seq)
             )

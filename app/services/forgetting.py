@@ -25,6 +25,7 @@ from app.core import forgetting
 from app.core.audit import AuditEvent
 from app.core.clock import Clock, utc_now
 from app.errors import MemoryNotForgotten, MemoryNotFound, MemoryPurged
+from app.services.job_kinds import JobContext, JobKind, Periodic
 from app.services.reindex import Reindexer
 from app.stores import forgetting as forget_store
 from app.stores import memories as memory_store
@@ -34,6 +35,7 @@ from app.stores.vectors import PayloadPatch, VectorIndex
 
 log = logging.getLogger("strata.forgetting")
 
+FORGET_SWEEP = "forget_sweep"
 PAGE = 500
 LISTED = 1000  # a report names at most this many memories; the counts are complete
 
@@ -105,6 +107,18 @@ class ForgettingService:
             policy = self.defaults().with_changes(stored)
             await forget_store.put_policy(tx, tenant_id, stored, self.clock())
         return policy
+
+    def sweep_job(self, every: timedelta) -> JobKind[Periodic]:
+        """The periodic `forget_sweep`: run under the scheduler's leader lease and keyed by
+        the period, so two workers run it once (docs/forgetting.md)."""
+        return JobKind(FORGET_SWEEP, Periodic, self._sweep_job, every=every)
+
+    async def _sweep_job(self, ctx: JobContext, payload: Periodic) -> dict[str, Any]:
+        # "Now" is the service's clock, not the period: forgetting is about elapsed time,
+        # and a re-run after a crash finds the same rows already tombstoned.
+        result = (await self.sweep(scheduled=True)).as_dict()
+        result["items"] = result["items"][:100]
+        return result
 
     async def sweep(
         self,

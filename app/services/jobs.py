@@ -1,16 +1,21 @@
-"""Background jobs as a caller sees them: look one up, enqueue one, re-run a failed one."""
+"""Background jobs as a caller sees them: look one up, enqueue one, re-run a failed one;
+and the housekeeping of the job table itself (`purge_finished_jobs`)."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.errors import JobNotFailed, JobNotFound
 from app.schemas.jobs import JobOut
+from app.services.job_kinds import JobContext, JobKind, Periodic
 from app.stores import jobs as job_store
 from app.stores.db import Database
 from app.stores.models import Job
+
+PURGE_FINISHED_JOBS = "purge_finished_jobs"
 
 
 def job_out(row: Job) -> JobOut:
@@ -80,3 +85,24 @@ class JobService:
         if row is None:
             raise JobNotFailed(job_id, current.state)
         return job_out(row)
+
+    def purge_job(
+        self, *, keep: timedelta, keep_kinds: Sequence[str], every: timedelta = timedelta(days=1)
+    ) -> JobKind[Periodic]:
+        """`purge_finished_jobs`: succeeded jobs older than `keep` are deleted, once per
+        `every`, except those of `keep_kinds`. Failed jobs stay: they are there to be seen
+        and re-run."""
+
+        async def purge(ctx: JobContext, payload: Periodic) -> dict[str, Any]:
+            # The cutoff comes from the period, not the clock: a re-run deletes the same set.
+            cutoff = payload.period - keep
+            deleted = await self.purge_succeeded(finished_before=cutoff, keep_kinds=keep_kinds)
+            return {"deleted": deleted, "finished_before": cutoff.isoformat()}
+
+        return JobKind(PURGE_FINISHED_JOBS, Periodic, purge, every=every)
+
+    async def purge_succeeded(self, *, finished_before: datetime, keep_kinds: Sequence[str]) -> int:
+        async with self.db.transaction() as tx:
+            return await job_store.purge_succeeded(
+                tx, finished_before=finished_before, keep_kinds=tuple(keep_kinds)
+            )

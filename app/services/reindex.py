@@ -1,4 +1,4 @@
-"""Rebuilding the vector index from SQL (the `reindex` job, app/jobs/reindex.py).
+"""Rebuilding the vector index from SQL (the `reindex` job, `Reindexer.job`).
 
 The memory rows are the truth; the index is a search index over them. A new index schema
 (a new collection, `app.stores.vectors.collection_name`) starts empty, and this rebuilds the
@@ -34,8 +34,10 @@ import logging
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.chunking import Chunk, LogMessage, chunk_turns, memory_id
@@ -49,14 +51,25 @@ from app.services.indexing import (
     embed_chunks,
     log_message,
 )
+from app.services.job_kinds import SYSTEM_TENANT, JobContext, JobKind
+from app.stores import jobs as job_store
 from app.stores import memories as memory_store
 from app.stores import messages as message_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
-from app.stores.models import Memory
+from app.stores.models import Job, Memory
 from app.stores.vectors import MemoryPayload, VectorIndex, VectorPoint
 
 log = logging.getLogger("strata.reindex")
+
+REINDEX = "reindex"
+
+
+class Reindex(BaseModel):
+    """The `reindex` job's payload: the collection it rebuilds (also its key)."""
+
+    collection: str
+
 
 BATCH = 256
 
@@ -87,6 +100,46 @@ class Reindexer:
         # Promotion lends its cache of recent lines: a predecessor it rebuilds was embedded
         # a pass ago, with its context.
         self.cache = cache
+
+    # --- the `reindex` job --------------------------------------------------------------
+    # A worker enqueues it at start when the index's collection holds no points while SQL
+    # holds live memories (a new index schema or embedding model means a new, empty
+    # collection; so does a lost Qdrant volume). The job belongs to the system tenant and is
+    # keyed by the collection's name, so workers starting together enqueue it once, and a
+    # collection is rebuilt once.
+
+    def job(self) -> JobKind[Reindex]:
+        return JobKind(REINDEX, Reindex, self._reindex_job)
+
+    async def _reindex_job(self, ctx: JobContext, payload: Reindex) -> dict[str, Any]:
+        # Upserts by memory id: a run after a crash starts over and rewrites the same points.
+        result = await self.rebuild()
+        return {**result, "collection": self.vectors.collection}
+
+    async def enqueue_if_empty(self, *, max_attempts: int) -> Job | None:
+        """The collection's reindex job when the index is empty and SQL is not; else None.
+        Idempotent by key (the collection name): a second worker gets the same job."""
+        if await self.vectors.count() > 0:
+            return None
+        async with self.db.read() as tx:
+            if not await memory_store.any_live(tx):
+                return None
+        now = datetime.now(UTC)
+        collection = self.vectors.collection
+        async with self.db.transaction() as tx:
+            job, created = await job_store.enqueue(
+                tx,
+                tenant_id=SYSTEM_TENANT,
+                kind=REINDEX,
+                key=collection,
+                payload=Reindex(collection=collection).model_dump(mode="json"),
+                due_at=now,
+                max_attempts=max_attempts,
+                now=now,
+            )
+        if created:
+            log.info("index %s is empty: reindex job %s enqueued", collection, job.id)
+        return job
 
     async def rebuild(
         self,

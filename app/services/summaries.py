@@ -10,6 +10,7 @@ inputs changed, and enqueues one `summarize` job each.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from app.schemas.context import SummaryOut
 from app.schemas.summaries import SummarizeAccepted, SummaryItem, SummaryPage
 from app.services.cursors import encode_cursor, time_and_id
 from app.services.ingest import writable
+from app.services.job_kinds import JobContext, JobKind, Periodic
 from app.stores import jobs as job_store
 from app.stores import summaries as summary_store
 from app.stores import users as user_store
@@ -41,6 +43,19 @@ from app.stores.vectors import MemoryPayload, VectorIndex, VectorPoint
 log = logging.getLogger("strata.summaries")
 
 SUMMARIZE = "summarize"
+SUMMARIES_SWEEP = "summaries_sweep"
+# A parent's job found running is waited for this many times this long, then left to the sweep.
+PARENT_WAIT_TRIES = 120
+PARENT_WAIT_SECONDS = 0.5
+
+
+class Summarize(BaseModel):
+    """The `summarize` job's payload: one (user, level, period); the essence has no day."""
+
+    user_id: str
+    level: Level
+    period_start: date | None = None  # the local day the period is named by
+
 
 # An LLM summary may run this much over the level's cap before it is refused.
 LLM_CAP_FACTOR = 2
@@ -374,11 +389,9 @@ class SummaryService:
                 tenant_id=tenant_id,
                 kind=SUMMARIZE,
                 key=key,
-                payload={
-                    "user_id": user_id,
-                    "level": level,
-                    "period_start": day.isoformat() if day else None,
-                },
+                payload=Summarize(user_id=user_id, level=level, period_start=day).model_dump(
+                    mode="json"
+                ),
                 due_at=now,
                 max_attempts=self.config.job_max_attempts,
                 now=now,
@@ -449,6 +462,66 @@ class SummaryService:
         return [
             SummaryOut(level=r.level, period_start=r.period_start, content=r.content) for r in rows
         ]
+
+    # --- the jobs -----------------------------------------------------------------------
+
+    def jobs(self) -> list[JobKind[Any]]:
+        """`summarize` brings one (user, level, period) up to date and, when it changed
+        something, queues the level above; the hourly `summaries_sweep` finds the periods
+        that closed or whose inputs changed (docs/architecture.md, "Summaries")."""
+        return [
+            JobKind(SUMMARIZE, Summarize, self._summarize_job),
+            JobKind(SUMMARIES_SWEEP, Periodic, self._sweep_job, every=timedelta(hours=1)),
+        ]
+
+    async def _summarize_job(self, ctx: JobContext, payload: Summarize) -> dict[str, Any]:
+        tenant_id, user_id, level = ctx.tenant_id, payload.user_id, payload.level
+        outcome = await self.summarize(tenant_id, user_id, level, payload.period_start)
+        result: dict[str, Any] = {"changed": outcome.changed}
+        if outcome.summary is None:
+            return {**result, "skipped": "the period has nothing to summarise"}
+        s = outcome.summary
+        result.update(
+            id=str(s.id),
+            method=s.method,
+            tokens=s.tokens,
+            period_start=s.period_start.isoformat(),
+            llm_usage=outcome.llm_usage,
+        )
+        parent = periods.PARENT[level]
+        if outcome.changed and parent is not None:
+            # The level above, once its period has closed, or before if someone asked for
+            # it (a weekly of the open week that a session's deletion queued again may
+            # have run before this daily was back): a re-run of this job queues it again,
+            # which its hash then makes a no-op.
+            tz = periods.zone(s.timezone)
+            first_day = periods.local_day(s.period_start, tz)
+            if parent == "essence":
+                result["queued"] = await self._queue_parent(tenant_id, user_id, parent, None)
+            else:
+                week = periods.week_start(first_day)
+                if periods.period(parent, first_day, tz).closed(
+                    datetime.now(UTC)
+                ) or await self.asked_for(tenant_id, user_id, parent, week):
+                    result["queued"] = await self._queue_parent(tenant_id, user_id, parent, week)
+        return result
+
+    async def _queue_parent(
+        self, tenant_id: str, user_id: str, level: Level, day: date | None
+    ) -> str:
+        """Queue the parent's job. If it is running, it may have read its inputs before this
+        change: wait for it to end and queue it again (the hourly sweep catches the rest)."""
+        for _ in range(PARENT_WAIT_TRIES):
+            _, key, queued = await self.enqueue(tenant_id, user_id, level, day)
+            if queued:
+                return key
+            await asyncio.sleep(PARENT_WAIT_SECONDS)
+        log.warning("summary job %s kept running; the sweep will bring it up to date", key)
+        return key
+
+    async def _sweep_job(self, ctx: JobContext, payload: Periodic) -> dict[str, Any]:
+        # "Now" is the period's start, not the clock: a re-run decides the same way.
+        return dict(await self.sweep(payload.period))
 
     # --- the sweep ----------------------------------------------------------------------
 

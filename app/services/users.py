@@ -24,9 +24,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
 from app.errors import UserNotFound
 from app.schemas.users import ERASED, ErasureCounts, ErasureReceipt, PurgedFromDisk
+from app.services.job_kinds import JobContext, JobKind
 from app.stores import jobs as job_store
 from app.stores import users as user_store
 from app.stores.buffer import Buffer
@@ -36,6 +38,14 @@ from app.stores.users import Row
 from app.stores.vectors import VectorIndex
 
 ERASE_USER = "erase_user"
+
+
+class EraseUser(BaseModel):
+    """The `erase_user` job's payload (its row also keeps the receipt, once written)."""
+
+    user_id: str
+
+
 EXPORT_FORMAT = 1
 BLOCK = 64 * 1024
 
@@ -438,7 +448,7 @@ class ErasureService:
             tenant_id=user.tenant_id,
             kind=ERASE_USER,
             key=f"{user.id}@{user.created_at.isoformat()}",
-            payload={"user_id": user.id},
+            payload=EraseUser(user_id=user.id).model_dump(mode="json"),
             due_at=now,
             max_attempts=self.max_attempts,
             now=now,
@@ -468,6 +478,15 @@ class ErasureService:
         return (user.erasure or {}).get("counts") if user is not None else None
 
     # The job.
+
+    def job(self) -> JobKind[EraseUser]:
+        """`erase_user`: keyed by the user and the user row's creation time, so asking
+        twice queues one job; a run resumes where a crashed one stopped and answers the
+        receipt again once done."""
+        return JobKind(ERASE_USER, EraseUser, self._erase_job)
+
+    async def _erase_job(self, ctx: JobContext, payload: EraseUser) -> dict[str, Any]:
+        return await self.run(ctx.tenant_id, payload.user_id, ctx.job_id)
 
     async def run(self, tenant_id: str, user_id: str, job_id: uuid.UUID) -> dict[str, Any]:
         """Erase what is left of the user; the receipt. Idempotent: a run after a crash

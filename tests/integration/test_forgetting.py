@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from app.jobs.forgetting import FORGET_SWEEP, register_sweep
 from app.jobs.registry import Registry
 from app.jobs.runner import JobRunner
 from app.jobs.scheduler import Scheduler
-from app.services.forgetting import ForgettingService
+from app.services.forgetting import FORGET_SWEEP, ForgettingService
 from app.settings import Settings
 from app.stores import forgetting as forget_store
 from app.stores.models import Job, Memory, MemoryEvent
@@ -327,8 +326,7 @@ async def test_two_workers_run_the_sweep_once(
         r = running.resources
         workers = []
         for owner in ("w1", "w2"):
-            registry = Registry()
-            register_sweep(registry, forgetting_at(running, later), every=DAY)
+            registry = Registry([forgetting_at(running, later).sweep_job(every=DAY)])
             runner = JobRunner(
                 r.db,
                 owner,

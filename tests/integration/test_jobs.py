@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from app.jobs import housekeeping
 from app.jobs.registry import SYSTEM_TENANT, Handler, JobContext, Registry
 from app.jobs.runner import JobRunner
 from app.jobs.scheduler import Scheduler, period_start
+from app.services.jobs import PURGE_FINISHED_JOBS, JobService
+from app.services.users import ERASE_USER
 from app.stores import jobs as job_store
 from app.stores.db import Database, create_engine, migrate
 from app.stores.models import Job
@@ -426,8 +427,8 @@ async def test_purge_finished_jobs_keeps_recent_and_failed_ones(db: Database, ki
     await finished("recent", 1, succeed=True)
     await finished("old-failed", 10, succeed=False)
 
-    registry = Registry()
-    housekeeping.register(registry, db, keep=timedelta(days=7))
+    jobs = JobService(db, max_attempts=3)
+    registry = Registry([jobs.purge_job(keep=timedelta(days=7), keep_kinds=(ERASE_USER,))])
     scheduler = Scheduler(
         db, "s", registry.schedules, lease_seconds=30, tick_seconds=1, max_attempts=3
     )
@@ -435,7 +436,7 @@ async def test_purge_finished_jobs_keeps_recent_and_failed_ones(db: Database, ki
     job_id = await make_runner(db, registry.handlers).run_once()
     assert job_id is not None
     purge = await get(db, job_id, SYSTEM_TENANT)
-    assert (purge.kind, purge.state) == (housekeeping.PURGE_FINISHED_JOBS, "succeeded")
+    assert (purge.kind, purge.state) == (PURGE_FINISHED_JOBS, "succeeded")
     assert purge.result is not None
     assert purge.result["deleted"] == 1
     async with db.read() as tx:

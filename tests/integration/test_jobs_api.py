@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from app.jobs.housekeeping import PURGE_FINISHED_JOBS
 from app.jobs.registry import SYSTEM_TENANT, JobContext
 from app.jobs.scheduler import period_start
-from app.services.jobs import JobService
+from app.services.jobs import PURGE_FINISHED_JOBS, JobService
 from app.stores.models import Job
 from tests.conftest import Running
 from tests.integration.test_jobs import make_runner

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 from redis.asyncio import Redis
 
-from app.jobs import reindex
-from app.jobs.registry import SYSTEM_TENANT
+from app.services.job_kinds import SYSTEM_TENANT
+from app.services.reindex import REINDEX
 from app.settings import Settings
 from app.stores.models import Job, Memory
 from tests.conftest import (
@@ -112,7 +112,7 @@ async def live_ids(running: Running) -> list[uuid.UUID]:
 
 async def reindex_jobs(running: Running) -> list[Job]:
     async with running.resources.db.read() as tx:
-        rows = await tx.execute(sa.select(Job).where(Job.kind == reindex.REINDEX))
+        rows = await tx.execute(sa.select(Job).where(Job.kind == REINDEX))
         return list(rows.scalars())
 
 
@@ -133,10 +133,8 @@ async def test_a_wiped_index_is_rebuilt_to_the_same_recall(
         assert await results(running, user) == [[], [], []]
 
         # The startup check: enqueued once, whoever asks, and run by the runner.
-        db = running.resources.db
-        jobs = await asyncio.gather(
-            *(reindex.enqueue_if_empty(db, vectors, max_attempts=3) for _ in range(3))
-        )
+        reindexer = running.state["container"].reindexer
+        jobs = await asyncio.gather(*(reindexer.enqueue_if_empty(max_attempts=3) for _ in range(3)))
         assert all(j is not None for j in jobs)
         assert len({j.id for j in jobs if j is not None}) == 1
         [job] = await reindex_jobs(running)
@@ -158,7 +156,7 @@ async def test_a_wiped_index_is_rebuilt_to_the_same_recall(
         assert await vectors.count() == len(ids)
         assert_same(before, await results(running, user))
         # The index holds points now: nothing more to enqueue.
-        assert await reindex.enqueue_if_empty(db, vectors, max_attempts=3) is None
+        assert await reindexer.enqueue_if_empty(max_attempts=3) is None
 
 
 async def _stored(running: Running, user: str) -> dict[str, Any]:
@@ -210,8 +208,8 @@ async def test_a_worker_starting_on_an_empty_index_rebuilds_it(
     at start and runs it; recall answers as before. A start on an empty store enqueues none."""
     async with start_app(make_settings(worker_in_process=True)) as running:
         # Both empty: nothing to rebuild.
-        db, vectors = running.resources.db, running.resources.vectors
-        assert await reindex.enqueue_if_empty(db, vectors, max_attempts=3) is None
+        reindexer = running.state["container"].reindexer
+        assert await reindexer.enqueue_if_empty(max_attempts=3) is None
         assert await reindex_jobs(running) == []
         user = await fill(running)
         before = await results(running, user)
