@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from pydantic import BaseModel
 
 from app.jobs.registry import SYSTEM_TENANT, Handler, JobContext, Registry
 from app.jobs.runner import JobRunner
 from app.jobs.scheduler import Scheduler, period_start
+from app.services.job_kinds import JobKind
 from app.services.jobs import PURGE_FINISHED_JOBS, JobService
 from app.services.users import ERASE_USER
 from app.stores import jobs as job_store
@@ -204,6 +206,70 @@ async def test_a_failing_job_backs_off_then_fails_for_good(db: Database, kind: s
     )
     assert failed.finished_at is not None
     assert await runner.run_once() is None  # a failed job stays failed until re-run
+
+
+class Batch(BaseModel):
+    """The payload of a declared test kind."""
+
+    key: str
+    size: int
+
+
+async def test_a_malformed_payload_fails_its_job_at_once_and_the_runner_goes_on(
+    db: Database, kind: str
+) -> None:
+    """A stored payload its kind's model refuses fails that job for good, with the field
+    named (a retry would read the same row); the runner lives and runs the next job."""
+    seen: list[Batch] = []
+
+    async def handle(ctx: JobContext, payload: Batch) -> dict[str, Any]:
+        seen.append(payload)
+        return {"size": payload.size}
+
+    now = datetime.now(UTC)
+    async with db.transaction() as tx:
+        bad, _ = await job_store.enqueue(
+            tx,
+            tenant_id=TENANT,
+            kind=kind,
+            key="bad",
+            payload={"key": "bad", "size": "many"},
+            due_at=now - timedelta(seconds=1),
+            max_attempts=3,
+            now=now,
+        )
+        good, _ = await job_store.enqueue(
+            tx,
+            tenant_id=TENANT,
+            kind=kind,
+            key="good",
+            payload=Batch(key="good", size=2).model_dump(mode="json"),
+            due_at=now,
+            max_attempts=3,
+            now=now,
+        )
+    registry = Registry([JobKind(kind, Batch, handle)])
+    runner = JobRunner(
+        db,
+        "runner",
+        registry,
+        lease_seconds=30,
+        poll_seconds=0.05,
+        retry_base_seconds=0.01,
+        retry_max_seconds=0.05,
+    )
+    assert await runner.run_once() == bad.id
+    failed = await get(db, bad.id)
+    assert (failed.state, failed.attempts) == ("failed", 1)
+    assert failed.last_error == (
+        f"InvalidPayload: the payload of a {kind!r} job is not a Batch: "
+        "size: Input should be a valid integer, unable to parse string as an integer"
+    )
+    assert await runner.run_once() == good.id
+    done = await get(db, good.id)
+    assert (done.state, done.result) == ("succeeded", {"size": 2})
+    assert seen == [Batch(key="good", size=2)]
+    assert await runner.run_once() is None  # the malformed job is not retried
 
 
 async def test_an_expired_lease_is_taken_over(db: Database, kind: str) -> None:
