@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 KEYWORD_FIELDS = ("tenant_id", "user_id", "kind", "memory_type", "session_id", "source_sessions")
 # The index's schema, in the collection's name: a new named vector or payload field means a
-# new collection, rebuilt from SQL by the `reindex` job (app/jobs/reindex.py), which a worker
+# new collection, rebuilt from SQL by the `reindex` job (`Reindexer.job`), which a worker
 # enqueues at start when the collection is empty and SQL holds live memories. A new index on
 # a field the payload already has needs no rebuild: both backends add missing indexes when
 # they open a collection.
