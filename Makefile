@@ -9,7 +9,7 @@ LOCOMO ?= ../shared/bench/locomo/locomo10.json
 LONGMEMEVAL ?= ../shared/bench/longmemeval/longmemeval_s_cleaned_498.json.xz
 
 
-.PHONY: install lock run worker migrate test check fmt openapi config-doc bench bench-recall bench-everyday bench-mem0 bench-scaleout bench-scale bench-scale-quick clean
+.PHONY: install lock run worker migrate test check fmt openapi config-doc bench bench-recall bench-everyday bench-mem0 bench-scaleout bench-scale bench-scale-grid bench-scale-quick clean
 
 # `make run` installs what the service needs and nothing else; the tests add the dev tools.
 # Both at the versions in constraints.txt (what CI tested).
@@ -84,8 +84,11 @@ bench-scaleout: install  ## 1 -> 2 api processes and workers on PostgreSQL + Red
 	mkdir -p bench/results
 	$(BIN)/python bench/scaleout.py --out bench/results/scaleout.json $(SCALEOUT_ARGS)
 
-bench-scale: install  ## recall and context at 1k/10k/100k memories, 1/8/16 clients (bench/README.md)
-	$(BIN)/python bench/scale.py --build-index $(SCALE_ARGS)
+bench-scale: install  ## the service levels at scale, one row each with the native ceiling (bench/README.md); Mem0 beside when its venv is built
+	$(BIN)/python bench/scale_table.py $(if $(wildcard $(MEM0_VENV)/.installed),--mem0-python $(MEM0_VENV)/bin/python --locomo $(LOCOMO)) $(SCALE_ARGS)
+
+bench-scale-grid: install  ## recall and context at 1k/10k/100k memories, 1/8/16 clients
+	$(BIN)/python bench/scale.py --build-index $(GRID_ARGS)
 
 bench-scale-quick: install  ## the same at 1k and 10k, 1 and 8 clients: under 5 minutes
 	$(BIN)/python bench/scale.py --build-index --quick $(SCALE_ARGS)

@@ -46,7 +46,7 @@ from benchlib import (
 from loadgen import encode, read_response
 from locomo import Conversation, load_conversations
 
-TOP_K = 10
+R_AT = 10  # R@10: the evidence among the first 10 results, whatever `--top-k` asks
 DEFAULT_MEM0_PYTHON = REPO_ROOT / ".bench-venvs" / "mem0" / "bin" / "python"
 
 
@@ -90,7 +90,7 @@ def process(args: list[str], log: Path, env: dict[str, str], ready_url: str) -> 
 
 
 def evidence_recall(ranked: Sequence[Sequence[str]], evidence: Sequence[str]) -> float:
-    found = {d for ids in ranked[:TOP_K] for d in ids}
+    found = {d for ids in ranked[:R_AT] for d in ids}
     return sum(1 for e in evidence if e in found) / len(evidence)
 
 
@@ -103,7 +103,7 @@ def clean_env() -> dict[str, str]:
 # --------------------------------------------------------------------------- Mem0
 
 
-def run_mem0(conversations: list[Conversation], mem0_python: Path, work: Path) -> JSON:
+def run_mem0(conversations: list[Conversation], mem0_python: Path, work: Path, top_k: int) -> JSON:
     port = free_port()
     turns: list[JSON] = [
         {
@@ -121,7 +121,7 @@ def run_mem0(conversations: list[Conversation], mem0_python: Path, work: Path) -
         "embed_url": f"http://127.0.0.1:{port}/v1",
         "dims": 512,
         "workdir": str(work / "mem0"),
-        "top_k": TOP_K,
+        "top_k": top_k,
         "turns": turns,
         "questions": [
             {"user_id": c.user_id, "question": q.question}
@@ -168,7 +168,7 @@ def run_mem0(conversations: list[Conversation], mem0_python: Path, work: Path) -
 # --------------------------------------------------------------------------- Strata
 
 
-async def drive_strata(url: str, conversations: list[Conversation]) -> JSON:
+async def drive_strata(url: str, conversations: list[Conversation], top_k: int) -> JSON:
     async with Api(url, None, 120) as api:
         if not await wait_ready(api, 120):
             raise RuntimeError(f"Strata at {url} is not ready")
@@ -200,7 +200,7 @@ async def drive_strata(url: str, conversations: list[Conversation]) -> JSON:
                 body = {
                     "user_id": c.user_id,
                     "query": q.question,
-                    "top_k": TOP_K,
+                    "top_k": top_k,
                     "as_of": c.as_of.isoformat(),
                     "reinforce": False,
                 }
@@ -262,7 +262,7 @@ class LeanClient:
         self.writer.close()
 
 
-def run_strata(conversations: list[Conversation], work: Path) -> JSON:
+def run_strata(conversations: list[Conversation], work: Path, top_k: int) -> JSON:
     port = free_port()
     env = {**clean_env(), "STRATA_DATA_DIR": str(work / "strata"), "STRATA_LOG_LEVEL": "WARNING"}
     server = [
@@ -271,7 +271,7 @@ def run_strata(conversations: list[Conversation], work: Path) -> JSON:
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     with process(server, work / "strata-server.log", env, f"{url}/readyz"):
-        return asyncio.run(drive_strata(url, conversations))
+        return asyncio.run(drive_strata(url, conversations, top_k))
 
 
 # --------------------------------------------------------------------------- report
@@ -317,6 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=3, help="the first N (default 3)")
     parser.add_argument("--mem0-python", type=Path, default=DEFAULT_MEM0_PYTHON)
     parser.add_argument("--skip-mem0", action="store_true")
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=50,
+        help="results each search asks for (R@10 reads the first 10)",
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
 
@@ -333,11 +339,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.mem0_python.exists():
                 print(f"no Mem0 venv at {args.mem0_python}: run `make bench-mem0`", file=sys.stderr)
                 return 2
-            rows.append(run_mem0(conversations, args.mem0_python, work))
-        rows.append(run_strata(conversations, work))
+            rows.append(run_mem0(conversations, args.mem0_python, work, args.top_k))
+        rows.append(run_strata(conversations, work, args.top_k))
     print_table(rows)
     if args.out:
-        write_json(args.out, {"machine": facts, "conversations": args.conversations, "rows": rows})
+        write_json(
+            args.out,
+            {
+                "machine": facts,
+                "conversations": args.conversations,
+                "top_k": args.top_k,
+                "rows": rows,
+            },
+        )
     return 0
 
 

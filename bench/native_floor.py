@@ -72,7 +72,8 @@ class _TimedShard:
         return self._timed("retrieve", *args, **kwargs)
 
 
-async def measure(args: argparse.Namespace) -> str:
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The floor's figures (milliseconds, recalls/s); `report` prints them."""
     for name in ("STRATA_DATABASE_URL", "STRATA_REDIS_URL", "STRATA_QDRANT_URL"):
         os.environ.pop(name, None)
     with tempfile.TemporaryDirectory(prefix="strata-floor.") as tmp:
@@ -122,20 +123,39 @@ async def measure(args: argparse.Namespace) -> str:
     embed_ms = 1000 * many
     native_ms = 1000 * statistics.mean(native)
     floor_ms = embed_ms + native_ms
-    ceiling = args.cores * 1000 / floor_ms
-    lines = [
-        f"{points} points in the index, {len(queries)} recalls' native calls, one at a time",
-        f"query embedding: {1000 * one:.2f} ms a query alone, {embed_ms:.2f} ms a query in "
-        f"calls of {args.clients}",
-        f"index: Edge's own calls {native_ms:.2f} ms a recall (p50 "
-        f"{1000 * statistics.median(native):.2f}); the whole index call "
-        f"{1000 * statistics.mean(whole):.2f} ms (p50 {1000 * statistics.median(whole):.2f})",
-        f"native floor: {floor_ms:.2f} ms of CPU a recall -> at most {ceiling:.0f} recalls/s "
-        f"on {args.cores} cores with no HTTP, scoring or other Python",
-        f"{args.clients} closed-loop clients: mean latency at least "
-        f"{1000 * args.clients / ceiling:.1f} ms (Little's law: clients / throughput)",
-    ]
-    return "\n".join(lines)
+    return {
+        "points": points,
+        "recalls": len(queries),
+        "clients": args.clients,
+        "cores": args.cores,
+        "embed_one_ms": 1000 * one,
+        "embed_ms": embed_ms,
+        "native_ms": native_ms,
+        "native_p50_ms": 1000 * statistics.median(native),
+        "index_call_ms": 1000 * statistics.mean(whole),
+        "index_call_p50_ms": 1000 * statistics.median(whole),
+        "floor_ms": floor_ms,
+        "ceiling": args.cores * 1000 / floor_ms,
+    }
+
+
+def report(f: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"{f['points']} points in the index, {f['recalls']} recalls' native calls, "
+            "one at a time",
+            f"query embedding: {f['embed_one_ms']:.2f} ms a query alone, {f['embed_ms']:.2f} ms "
+            f"a query in calls of {f['clients']}",
+            f"index: Edge's own calls {f['native_ms']:.2f} ms a recall (p50 "
+            f"{f['native_p50_ms']:.2f}); the whole index call {f['index_call_ms']:.2f} ms "
+            f"(p50 {f['index_call_p50_ms']:.2f})",
+            f"native floor: {f['floor_ms']:.2f} ms of CPU a recall -> at most "
+            f"{f['ceiling']:.0f} recalls/s on {f['cores']} cores with no HTTP, scoring or "
+            "other Python",
+            f"{f['clients']} closed-loop clients: mean latency at least "
+            f"{1000 * f['clients'] / f['ceiling']:.1f} ms (Little's law: clients / throughput)",
+        ]
+    )
 
 
 def _per_query(encode: Any, texts: list[str], batch: int) -> float:
@@ -154,7 +174,7 @@ def main() -> None:
     p.add_argument("--cores", type=int, default=2)
     args = p.parse_args()
     print_machine(machine_facts())
-    print(asyncio.run(measure(args)))
+    print(report(asyncio.run(measure(args))))
 
 
 if __name__ == "__main__":
