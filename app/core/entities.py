@@ -11,9 +11,9 @@ app/core/patterns.py; how well each kind does is measured by bench/extraction.py
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core import patterns as p
 from app.core.graph import name_key
@@ -226,6 +226,22 @@ class _Turn:
         return Extraction(tuple(self.mentions.values()), tuple(self.facts.values()))
 
 
+@dataclass(frozen=True)
+class _Subject:
+    """Whom a clause's verbs speak of, and how its statements name them ("The user", "用户",
+    or the person's name): one place that fills in the subject's half of every fact."""
+
+    turn: _Turn
+    name: str
+    type: str | None
+    said: str
+
+    def fact(self, predicate: str, obj: str, statement: str, object_type: str) -> None:
+        self.turn.fact(
+            self.name, predicate, obj, statement, subject_type=self.type, object_type=object_type
+        )
+
+
 def _normalise(text: str) -> str:
     text = text.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
     # A title's dot is no sentence's end.
@@ -274,23 +290,34 @@ _ADV = r"(?:(?:also|now|still|currently|just|recently|actually|finally|really|ha
 _ARTICLE_ROLE = (
     r"an?\s+(?P<role>(?:[a-z-]+\s+){0,2}?[a-z-]+)(?=\s+(?:at|for|in|while|since|because|and)\s|$)"
 )
+# (pattern, predicate, how the statement says it)
 _VP_PLACE = [
     (
         re.compile(
             rf"{_ADV}(?:live|lives|living|am\s+living|is\s+living|reside|resides)\s+in\s+(?P<o>{_N})"
         ),
         "lives_in",
+        "lives in",
     ),
     (
         re.compile(
             rf"{_ADV}(?:have\s+|has\s+)?{_ADV}(?:moved|relocated)\s+(?:back\s+)?to\s+(?P<o>{_N})"
         ),
         "lives_in",
+        "lives in",
     ),
-    (re.compile(rf"{_ADV}(?:am|is)\s+{_ADV}based\s+in\s+(?P<o>{_N})"), "lives_in"),
-    (re.compile(rf"{_ADV}(?:am|is|come|comes)\s+(?:originally\s+)?from\s+(?P<o>{_N})"), "from"),
-    (re.compile(rf"{_ADV}(?:was|were)\s+born\s+(?:and\s+raised\s+)?in\s+(?P<o>{_N})"), "from"),
-    (re.compile(rf"{_ADV}grew\s+up\s+in\s+(?P<o>{_N})"), "from"),
+    (re.compile(rf"{_ADV}(?:am|is)\s+{_ADV}based\s+in\s+(?P<o>{_N})"), "lives_in", "lives in"),
+    (
+        re.compile(rf"{_ADV}(?:am|is|come|comes)\s+(?:originally\s+)?from\s+(?P<o>{_N})"),
+        "from",
+        "is from",
+    ),
+    (
+        re.compile(rf"{_ADV}(?:was|were)\s+born\s+(?:and\s+raised\s+)?in\s+(?P<o>{_N})"),
+        "from",
+        "is from",
+    ),
+    (re.compile(rf"{_ADV}grew\s+up\s+in\s+(?P<o>{_N})"), "from", "is from"),
 ]
 _VP_WORK_AS = re.compile(
     rf"{_ADV}(?:work|works|am\s+working|is\s+working)\s+as\s+{_ARTICLE_ROLE}"
@@ -467,83 +494,73 @@ def _verbs_en(rest: str, subject: str, turn: _Turn) -> None:
         aux = first if first in ("am", "is") else aux
 
 
+class _ListVerb(NamedTuple):
+    """A first-person verb whose object may be a list ("allergic to peanuts and shellfish")."""
+
+    rx: re.Pattern[str]
+    predicate: str
+    verb: str  # how the statement says it
+    object_type: str
+    known: Collection[str] | None  # the objects it takes; None: any
+    capital: bool = False  # the items are capitalised words (languages)
+
+
+_LIST_VERBS_EN = (
+    _ListVerb(_VP_ALLERGY, "allergic_to", "is allergic to", "allergen", None),
+    _ListVerb(_VP_AVOID, "avoids", "doesn't eat", "food", p.FOODS_EN),
+)
+_LANGUAGE_VERBS_EN = (
+    _ListVerb(_VP_SPEAK, "speaks", "speaks", "language", p.LANGUAGES_EN, capital=True),
+    _ListVerb(_VP_LEARN, "learning", "is learning", "language", p.LANGUAGES_EN, capital=True),
+)
+
+
 def _list_verbs(seg: str, segments: list[str], i: int, turn: _Turn) -> int | None:
     """Allergies, foods avoided, languages, diets, preferences: the first-person verbs whose
     object may be a list. The index after the items taken, or None when `seg` is none."""
-    m = _VP_ALLERGY.match(seg)
-    if m:
-        items = [m.group("o") or m.group("o2")]
-        i = _more_items(segments, i, items)
-        for item in items:
-            item = _trim(item)
-            if item:
-                turn.fact(
-                    USER,
-                    "allergic_to",
-                    item,
-                    f"The user is allergic to {item}.",
-                    object_type="allergen",
-                )
-        return i
-    m = _VP_AVOID.match(seg)
-    if m:
-        items = [m.group("o")]
-        i = _more_items(segments, i, items)
-        for item in items:
-            item = _trim(item)
-            if item in p.FOODS_EN:
-                turn.fact(
-                    USER,
-                    "avoids",
-                    item,
-                    f"The user doesn't eat {item}.",
-                    object_type="food",
-                )
-        return i
+    for verb in _LIST_VERBS_EN:
+        m = verb.rx.match(seg)
+        if m:
+            return _list_items(verb, m, segments, i, turn)
     m = _VP_DIET.match(seg)
     if m:
         diet = p.DIETS_EN[m.group("d").lower()]
         turn.fact(USER, "diet", diet, f"The user is {diet}.", object_type="diet")
         return i
-    for rx, predicate, verb in (
-        (_VP_SPEAK, "speaks", "speaks"),
-        (_VP_LEARN, "learning", "is learning"),
-    ):
-        m = rx.match(seg)
+    for verb in _LANGUAGE_VERBS_EN:
+        m = verb.rx.match(seg)
         if m:
-            items = [m.group("o")]
-            i = _more_items(segments, i, items, capital=True)
-            for item in items:
-                if item in p.LANGUAGES_EN:
-                    turn.fact(
-                        USER,
-                        predicate,
-                        item,
-                        f"The user {verb} {item}.",
-                        object_type="language",
-                    )
-            return i
+            return _list_items(verb, m, segments, i, turn)
     m = _VP_PREFER.match(seg)
     if m:
-        verb = " ".join(m.group("v").lower().replace("really ", "").split())
-        predicate = _PREFER_VERB.get(verb, "dislikes")
-        obj = _trim(re.split(r"\s+(?:over|rather\s+than|to|than|instead\s+of)\s+", m.group("o"))[0])
-        if (
-            obj
-            and not _PREFER_BAD_START.match(obj)
-            and len(obj.split()) <= 4
-            and not re.search(r"[\d\"]", obj)
-        ):
-            said = {"likes": "likes", "prefers": "prefers", "dislikes": "dislikes"}[predicate]
-            turn.fact(
-                USER,
-                predicate,
-                obj,
-                f"The user {said} {obj}.",
-                object_type="preference",
-            )
+        _preference_en(m, turn)
         return i
     return None
+
+
+def _list_items(verb: _ListVerb, m: re.Match[str], segments: list[str], i: int, turn: _Turn) -> int:
+    """The verb's object and the list items that follow it, one fact each."""
+    items = [m.group("o") or m.groupdict().get("o2") or ""]
+    i = _more_items(segments, i, items, capital=verb.capital)
+    for item in items:
+        item = _trim(item)
+        if item and (verb.known is None or item in verb.known):
+            statement = f"The user {verb.verb} {item}."
+            turn.fact(USER, verb.predicate, item, statement, object_type=verb.object_type)
+    return i
+
+
+def _preference_en(m: re.Match[str], turn: _Turn) -> None:
+    verb = " ".join(m.group("v").lower().replace("really ", "").split())
+    predicate = _PREFER_VERB.get(verb, "dislikes")
+    obj = _trim(re.split(r"\s+(?:over|rather\s+than|to|than|instead\s+of)\s+", m.group("o"))[0])
+    if (
+        obj
+        and not _PREFER_BAD_START.match(obj)
+        and len(obj.split()) <= 4
+        and not re.search(r"[\d\"]", obj)
+    ):
+        turn.fact(USER, predicate, obj, f"The user {predicate} {obj}.", object_type="preference")
 
 
 def _more_items(segments: list[str], i: int, items: list[str], *, capital: bool = False) -> int:
@@ -570,100 +587,48 @@ def _trim(text: str) -> str:
     return text.strip()
 
 
+_VP_ORG = ((_VP_WORK_AT, "works_at", "works at"), (_VP_STUDY, "studies_at", "studies at"))
+
+
 def _one_verb(seg: str, subject: str, turn: _Turn) -> bool:
     user = subject == USER
     stype = None if user else turn.people.get(subject, "person")
-    owner = "The user" if user else subject
-    for rx, predicate in _VP_PLACE:
+    who = _Subject(turn, subject, stype, "The user" if user else subject)
+    for rx, predicate, verb in _VP_PLACE:
         m = rx.match(seg)
         if m:
             place = _clean_name(m.group("o"))
-            if place is None:
-                return False
-            if predicate == "lives_in":
-                turn.fact(
-                    subject,
-                    "lives_in",
-                    place,
-                    f"{owner} lives in {place}.",
-                    subject_type=stype,
-                    object_type="place",
-                )
-            else:
-                turn.fact(
-                    subject,
-                    "from",
-                    place,
-                    f"{owner} is from {place}.",
-                    subject_type=stype,
-                    object_type="place",
-                )
-            return True
+            if place is not None:
+                who.fact(predicate, place, f"{who.said} {verb} {place}.", "place")
+            return place is not None
     m = _VP_WORK_AS.match(seg) or _VP_ROLE_AT.match(seg)
     if m:
-        role = m.group("role").lower()
-        org = _clean_name(m.group("o")) if m.group("o") else None
-        head = role.split()[-1]
-        if head not in p.ROLE_HEADS_EN or role.split()[0] in p.DIETS_EN:
-            return False
-        if head == "student" and org is not None:
-            turn.fact(
-                subject,
-                "studies_at",
-                org,
-                f"{owner} studies at {org}.",
-                subject_type=stype,
-                object_type="organisation",
-            )
-            return True
-        article = "an" if role[0] in "aeiou" else "a"
-        turn.fact(
-            subject,
-            "works_as",
-            role,
-            f"{owner} works as {article} {role}.",
-            subject_type=stype,
-            object_type="role",
-        )
-        if org is not None:
-            turn.fact(
-                subject,
-                "works_at",
-                org,
-                f"{owner} works at {org}.",
-                subject_type=stype,
-                object_type="organisation",
-            )
-        return True
-    m = _VP_WORK_AT.match(seg)
-    if m:
-        org = _clean_name(m.group("o"))
-        if org is None:
-            return False
-        turn.fact(
-            subject,
-            "works_at",
-            org,
-            f"{owner} works at {org}.",
-            subject_type=stype,
-            object_type="organisation",
-        )
-        return True
-    m = _VP_STUDY.match(seg)
-    if m:
-        org = _clean_name(m.group("o"))
-        if org is None:
-            return False
-        turn.fact(
-            subject,
-            "studies_at",
-            org,
-            f"{owner} studies at {org}.",
-            subject_type=stype,
-            object_type="organisation",
-        )
-        return True
+        return _role_en(who, m)
+    for rx, predicate, verb in _VP_ORG:
+        m = rx.match(seg)
+        if m:
+            org = _clean_name(m.group("o"))
+            if org is not None:
+                who.fact(predicate, org, f"{who.said} {verb} {org}.", "organisation")
+            return org is not None
     return False
+
+
+def _role_en(who: _Subject, m: re.Match[str]) -> bool:
+    """A role and where: "works as a nurse at St Mary's", "is a student at McGill"."""
+    role = m.group("role").lower()
+    org = _clean_name(m.group("o")) if m.group("o") else None
+    head = role.split()[-1]
+    if head not in p.ROLE_HEADS_EN or role.split()[0] in p.DIETS_EN:
+        return False
+    if head == "student" and org is not None:
+        who.fact("studies_at", org, f"{who.said} studies at {org}.", "organisation")
+        return True
+    article = "an" if role[0] in "aeiou" else "a"
+    who.fact("works_as", role, f"{who.said} works as {article} {role}.", "role")
+    if org is not None:
+        who.fact("works_at", org, f"{who.said} works at {org}.", "organisation")
+    return True
 
 
 _MENTION = re.compile(p.NAME_EN)
@@ -716,10 +681,11 @@ _ZH_ALIAS = re.compile(
     r"(?P<b>[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?|[\u4e00-\u9fff]{2,4})"
     r"|(?P<c>[\u4e00-\u9fff]{2,4})\s*[（(]\s*(?P<d>[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\s*[)）]"
 )
+# (pattern, predicate, what the statement says between the subject and the place)
 _ZH_PLACE_VERBS = [
-    (re.compile(rf"{_ADV_ZH}(?:住在|生活在|定居在|定居于|常住在?)"), "lives_in"),
-    (re.compile(rf"{_ADV_ZH}(?:搬到|搬去|搬回|搬家到)了?"), "lives_in"),
-    (re.compile(rf"{_ADV_ZH}(?:来自|出生在|出生于)"), "from"),
+    (re.compile(rf"{_ADV_ZH}(?:住在|生活在|定居在|定居于|常住在?)"), "lives_in", "住在"),
+    (re.compile(rf"{_ADV_ZH}(?:搬到|搬去|搬回|搬家到)了?"), "lives_in", "住在"),
+    (re.compile(rf"{_ADV_ZH}(?:来自|出生在|出生于)"), "from", "来自"),
 ]
 _ZH_AT = re.compile(
     rf"{_ADV_ZH}在(?P<o>[^，,。！？；\s]{{2,12}}?)(?P<v>工作|上班|读研|读博|读书|上学|读大学|念书|读本科|读高中|住|生活|做|当)"
@@ -890,117 +856,66 @@ def _verbs_zh(
     rest: str, subject: str, turn: _Turn, at: int, starts: Mapping[int, tuple[str, str]]
 ) -> bool:
     user = subject == USER
-    stype = None if user else "person"
-    who = "用户" if user else subject
-    found = False
-    for rx, predicate in _ZH_PLACE_VERBS:
+    who = _Subject(turn, subject, None if user else "person", "用户" if user else subject)
+    for rx, predicate, verb in _ZH_PLACE_VERBS:
         m = rx.match(rest)
         if m:
             place = _place_at(rest, m.end(), at, starts)
-            if place is None:
-                return False
-            if predicate == "lives_in":
-                turn.fact(
-                    subject,
-                    "lives_in",
-                    place,
-                    f"{who}住在{place}。",
-                    subject_type=stype,
-                    object_type="place",
-                )
-            else:
-                turn.fact(
-                    subject,
-                    "from",
-                    place,
-                    f"{who}来自{place}。",
-                    subject_type=stype,
-                    object_type="place",
-                )
-            return True
+            if place is not None:
+                who.fact(predicate, place, f"{who.said}{verb}{place}。", "place")
+            return place is not None
     m = _ZH_AT.match(rest)
     if m:
-        where, verb = m.group("o"), m.group("v")
-        place_like = _is_place(where, at + m.start("o"), starts)
-        org_like = _is_org(where, at + m.start("o"), starts) or (
-            m.group("v") in ("做", "当")
-            and _span_tokens(where, at + m.start("o"), starts) is not None
-            and not re.match(r"[一这那某家]", where)
-        )
-        if not (place_like or org_like):
-            return False
-        if verb in ("住", "生活"):
-            if place_like:
-                turn.fact(
-                    subject,
-                    "lives_in",
-                    where,
-                    f"{who}住在{where}。",
-                    subject_type=stype,
-                    object_type="place",
-                )
-                found = True
-        elif verb in _ZH_STUDY:
-            predicate = "studies_in" if place_like and not org_like else "studies_at"
-            turn.fact(
-                subject,
-                predicate,
-                where,
-                f"{who}在{where}{verb}。",
-                subject_type=stype,
-                object_type="place" if place_like else "organisation",
-            )
-            found = True
-        elif verb in _ZH_WORK:
-            at_place = place_like and not org_like and verb not in ("做", "当")
-            predicate = "works_in" if at_place else "works_at"
-            turn.fact(
-                subject,
-                predicate,
-                where,
-                f"{who}在{where}工作。",
-                subject_type=stype,
-                object_type="place" if place_like else "organisation",
-            )
-            found = True
-            if verb in ("做", "当"):
-                role = re.match(rf"(?P<r>{_ROLE_ZH_ALT})", rest[m.end() :])
-                if role:
-                    turn.fact(
-                        subject,
-                        "works_as",
-                        role.group("r"),
-                        f"{who}是{role.group('r')}。",
-                        subject_type=stype,
-                        object_type="role",
-                    )
-        return found
+        return _at_zh(who, m, rest, at, starts)
     m = _ZH_FROM.match(rest)
     if m:
         place = m.group("a") or m.group("b")
         if _is_place(place, at + m.start("a" if m.group("a") else "b"), starts):
-            turn.fact(
-                subject,
-                "from",
-                place,
-                f"{who}来自{place}。",
-                subject_type=stype,
-                object_type="place",
-            )
+            who.fact("from", place, f"{who.said}来自{place}。", "place")
             return True
     m = _ZH_ROLE.match(rest)
     if m:
-        turn.fact(
-            subject,
-            "works_as",
-            m.group("r"),
-            f"{who}是{m.group('r')}。",
-            subject_type=stype,
-            object_type="role",
-        )
+        who.fact("works_as", m.group("r"), f"{who.said}是{m.group('r')}。", "role")
         return True
-    if not user:
+    return user and _user_verbs_zh(rest, turn)
+
+
+def _at_zh(
+    who: _Subject, m: re.Match[str], rest: str, at: int, starts: Mapping[int, tuple[str, str]]
+) -> bool:
+    """在…工作/读书/住: whether the span is a place or an organisation is jieba's call (its
+    tags, or an organisation's suffix), and the verb says which relation it is."""
+    where, verb = m.group("o"), m.group("v")
+    place_like = _is_place(where, at + m.start("o"), starts)
+    org_like = _is_org(where, at + m.start("o"), starts) or (
+        verb in ("做", "当")
+        and _span_tokens(where, at + m.start("o"), starts) is not None
+        and not re.match(r"[一这那某家]", where)
+    )
+    if not (place_like or org_like):
         return False
+    kind = "place" if place_like else "organisation"
+    if verb in ("住", "生活"):
+        if place_like:
+            who.fact("lives_in", where, f"{who.said}住在{where}。", "place")
+        return place_like
+    if verb in _ZH_STUDY:
+        predicate = "studies_in" if place_like and not org_like else "studies_at"
+        who.fact(predicate, where, f"{who.said}在{where}{verb}。", kind)
+        return True
+    if verb not in _ZH_WORK:
+        return False
+    at_place = place_like and not org_like and verb not in ("做", "当")
+    who.fact("works_in" if at_place else "works_at", where, f"{who.said}在{where}工作。", kind)
+    if verb in ("做", "当"):
+        role = re.match(rf"(?P<r>{_ROLE_ZH_ALT})", rest[m.end() :])
+        if role:
+            who.fact("works_as", role.group("r"), f"{who.said}是{role.group('r')}。", "role")
+    return True
+
+
+def _user_verbs_zh(rest: str, turn: _Turn) -> bool:
+    """What only "我" is said to be here: diet, foods, allergies, languages, likes."""
     if re.match(rf"{_ADV_ZH}(?:有)?乳糖不耐受?", rest):
         turn.fact(USER, "diet", "lactose intolerant", "用户乳糖不耐受。", object_type="diet")
         return True
@@ -1019,6 +934,10 @@ def _verbs_zh(
             if 1 <= len(item) <= 4:
                 turn.fact(USER, "allergic_to", item, f"用户对{item}过敏。", object_type="allergen")
         return True
+    return _languages_zh(rest, turn) or _preference_zh(rest, turn)
+
+
+def _languages_zh(rest: str, turn: _Turn) -> bool:
     m = _ZH_LEARN.match(rest)
     if m:
         turn.fact(
@@ -1035,15 +954,20 @@ def _verbs_zh(
     if m:
         turn.fact(USER, "speaks", m.group("o"), f"用户会说{m.group('o')}。", object_type="language")
         return True
-    m = _ZH_PREFER.match(rest)
-    if m:
-        obj = m.group("o")
-        if not _ZH_PREFER_BAD.match(obj) and not p.NEGATION_ZH.search(obj):
-            predicate = _ZH_PREFER_VERB[m.group("v")]
-            said = {"likes": "喜欢", "prefers": "更喜欢", "dislikes": "不喜欢"}[predicate]
-            turn.fact(USER, predicate, obj, f"用户{said}{obj}。", object_type="preference")
-            return True
     return False
+
+
+def _preference_zh(rest: str, turn: _Turn) -> bool:
+    m = _ZH_PREFER.match(rest)
+    if m is None:
+        return False
+    obj = m.group("o")
+    if _ZH_PREFER_BAD.match(obj) or p.NEGATION_ZH.search(obj):
+        return False
+    predicate = _ZH_PREFER_VERB[m.group("v")]
+    said = {"likes": "喜欢", "prefers": "更喜欢", "dislikes": "不喜欢"}[predicate]
+    turn.fact(USER, predicate, obj, f"用户{said}{obj}。", object_type="preference")
+    return True
 
 
 def _place_at(rest: str, end: int, at: int, starts: Mapping[int, tuple[str, str]]) -> str | None:
