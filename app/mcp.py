@@ -175,6 +175,15 @@ def build_server() -> MCPServer[Any]:
     server: MCPServer[Any] = MCPServer(
         name="strata", title="Strata memory", instructions=INSTRUCTIONS, version="0.1.0"
     )
+    # In this order: clients list the tools as registered.
+    _memory_tools(server)
+    _session_tools(server)
+    _correction_tools(server)
+    return server
+
+
+def _memory_tools(server: MCPServer[Any]) -> None:
+    """Writing turns to the user's memory and searching it."""
 
     @server.tool(
         description="Store conversation turns in the user's memory. Send every turn worth "
@@ -235,6 +244,10 @@ def build_server() -> MCPServer[Any]:
 
         return await _answer(work)
 
+
+def _session_tools(server: MCPServer[Any]) -> None:
+    """What the next reply in a session reads: its context and its scratchpad."""
+
     @server.tool(
         description="The whole prompt context for the next reply in a session, within a "
         "token budget: the session's system prompt and notes, the user's profile, summaries, "
@@ -293,6 +306,10 @@ def build_server() -> MCPServer[Any]:
 
         return await _answer(work)
 
+
+def _correction_tools(server: MCPServer[Any]) -> None:
+    """The caller correcting memory: forgetting one, saying which helped."""
+
     @server.tool(
         description="Delete one memory (by the id `recall` gave) that is wrong or that the "
         "user asked you to forget. It is no longer recalled."
@@ -330,8 +347,6 @@ def build_server() -> MCPServer[Any]:
             return Done(ok=True, detail=out.model_dump_json())
 
         return await _answer(work)
-
-    return server
 
 
 class HttpEndpoint:
