@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import orjson
 import typer
@@ -28,6 +28,9 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+
+if TYPE_CHECKING:  # imported when a command runs: `strata --help` stays quick
+    from app.importer import Checkpoint, Position, Source, Tally
 from rich.table import Table
 from rich.text import Text
 
@@ -208,7 +211,7 @@ def import_(
     from its place in the file), so whatever is sent twice is counted as a duplicate,
     never stored twice.
     """
-    from app.importer import Checkpoint, ImportFileError, Tally, open_source, run_import
+    from app.importer import Checkpoint, ImportFileError, Tally, open_source
 
     if fmt not in ("auto", "jsonl", "strata", "mem0"):
         _fail(f"unknown --format {fmt!r}: auto, jsonl, strata or mem0")
@@ -231,40 +234,12 @@ def import_(
         }
         checkpoint = holder["checkpoint"] = Checkpoint.beside(file, identity)
         start = checkpoint.load(source)
-        where = f"{file.name} ({source.format}, {source.total:,} messages) -> {backend.where}"
-        if start.records:
-            err.print(
-                f"Resuming {where} after {start.records:,} confirmed messages"
-                + (f" (line {start.line:,})" if start.line else ""),
-                soft_wrap=True,
-            )
-        else:
-            err.print(f"Importing {where}", soft_wrap=True)
+        _announce_import(file, source, start, backend.where)
         for head in source.sessions():
             await backend.upsert_session(user, head.session_id, head.system_prompt, head.metadata)
-        batches = 0
-
-        with _import_progress() as progress:
-            task = progress.add_task("import", total=source.total, completed=start.records, rate="")
-
-            def moved(t: Tally) -> None:
-                nonlocal batches
-                seconds = max(time.monotonic() - holder["sending"], 1e-6)
-                progress.update(
-                    task, completed=t.confirmed.records, rate=f"{t.sent / seconds:,.0f} msg/s"
-                )
-                batches += 1
-
-            async def send(session_id: str, messages: list[Any]) -> tuple[int, int]:
-                if pause_after is not None and batches >= pause_after:
-                    err.print("paused", soft_wrap=True)  # a test interrupts it here
-                    await asyncio.Event().wait()
-                sent: tuple[int, int] = await backend.add_messages(user, session_id, messages)
-                return sent
-
-            await run_import(
-                source, checkpoint, tally, send, start=start, max_messages=batch, after_batch=moved
-            )
+        await _send_batches(
+            backend, source, checkpoint, tally, start, user, batch, pause_after, holder["sending"]
+        )
 
     try:
         _run("import", work, url, key, tenant)
@@ -283,15 +258,69 @@ def import_(
             soft_wrap=True,
         )
         raise typer.Exit(130) from None
+    _report_import(tally, started, holder.get("sending", started), remote=bool(url))
+
+
+def _announce_import(file: Path, source: Source, start: Position, target: str) -> None:
+    where = f"{file.name} ({source.format}, {source.total:,} messages) -> {target}"
+    if start.records:
+        err.print(
+            f"Resuming {where} after {start.records:,} confirmed messages"
+            + (f" (line {start.line:,})" if start.line else ""),
+            soft_wrap=True,
+        )
+    else:
+        err.print(f"Importing {where}", soft_wrap=True)
+
+
+async def _send_batches(
+    backend: Any,
+    source: Source,
+    checkpoint: Checkpoint,
+    tally: Tally,
+    start: Position,
+    user: str,
+    batch: int,
+    pause_after: int | None,
+    sending: float,
+) -> None:
+    """The file's messages in batches, under a progress bar that shows the sending rate."""
+    from app.importer import run_import
+
+    batches = 0
+    with _import_progress() as progress:
+        task = progress.add_task("import", total=source.total, completed=start.records, rate="")
+
+        def moved(t: Tally) -> None:
+            nonlocal batches
+            seconds = max(time.monotonic() - sending, 1e-6)
+            progress.update(
+                task, completed=t.confirmed.records, rate=f"{t.sent / seconds:,.0f} msg/s"
+            )
+            batches += 1
+
+        async def send(session_id: str, messages: list[Any]) -> tuple[int, int]:
+            if pause_after is not None and batches >= pause_after:
+                err.print("paused", soft_wrap=True)  # a test interrupts it here
+                await asyncio.Event().wait()
+            sent: tuple[int, int] = await backend.add_messages(user, session_id, messages)
+            return sent
+
+        await run_import(
+            source, checkpoint, tally, send, start=start, max_messages=batch, after_batch=moved
+        )
+
+
+def _report_import(tally: Tally, started: float, sending_since: float, *, remote: bool) -> None:
     now = time.monotonic()
-    sending = now - holder.get("sending", started)
+    sending = now - sending_since
     out.print(
         f"Imported {tally.sent:,} messages ({tally.accepted:,} accepted, "
         f"{tally.duplicates:,} duplicates) in {now - started:.1f} s: "
         f"{tally.sent / max(sending, 1e-6):,.0f} messages/s over {sending:.1f} s of sending",
         soft_wrap=True,
     )
-    if not url:
+    if not remote:
         err.print(
             "They are indexed for recall by the service's worker when it runs (strata serve).",
             soft_wrap=True,

@@ -170,30 +170,68 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
     base = count([base_text])[0] if base_text else 0
     cut, fraction = _Cut(sections, count), 1.0
     if base > budget:
-        # Cut to the bare minimum, the required items must fit, or the budget is too small.
-        # Then they keep as much as fits within their sections' tightest share of what the
-        # rest of the base leaves; what the other sections leave comes back at the end.
-        base_kept = [sorted(r) for r in required]
-        minimal = min(base, cut.cost(-1.0, base_kept))
-        if not cut.cuttable or minimal > budget:
-            raise BudgetTooSmall(minimal, budget)
-        shares = [x for k, _ in cut.cuttable if (x := sections[k].share) is not None]
-        target = minimal + int((budget - minimal) * min(shares, default=1.0))
-        fraction = cut.largest(base_kept, target, -1.0)
+        sections, base, fraction = _cut_required(sections, required, cut, base, budget)
+    order = sorted(range(len(sections)), key=lambda k: sections[k].priority)
+    chosen = _choose(sections, required, order, budget - base, count)
+    kept = [sorted(c) for c in chosen]
+    text, total = _drop_while_over(sections, kept, required, order, budget, count)
+    if fraction < 1 and total < budget:  # what the others left goes back to the cut items
+        fraction = cut.largest(kept, budget, fraction)
         sections = cut.at(fraction)
-        base = cut.cost(fraction, base_kept)
+        text = render(sections, kept)
+        total = count([text])[0]
+    blocks = [_block(s, kept[k]) for k, s in enumerate(sections)]
+    counts = count(blocks) if blocks else []
+    tokens = {s.name: counts[k] if kept[k] else 0 for k, s in enumerate(sections)}
+    tokens["total"] = total
+    return Packed(
+        kept={s.name: [s.items[i] for i in kept[k]] for k, s in enumerate(sections)},
+        text=text,
+        tokens=tokens,
+        dropped={
+            s.name: len(s.items) - len(kept[k]) for k, s in enumerate(sections) if not s.whole
+        },
+        truncated=cut.truncated(fraction) if fraction < 1 else {},
+    )
 
+
+def _cut_required(
+    sections: Sequence[Section], required: list[frozenset[int]], cut: _Cut, base: int, budget: int
+) -> tuple[Sequence[Section], int, float]:
+    """The required items alone are over the budget: the sections with those items cut, the
+    base's new cost and the fraction the cut items keep."""
+    # Cut to the bare minimum, the required items must fit, or the budget is too small.
+    # Then they keep as much as fits within their sections' tightest share of what the
+    # rest of the base leaves; what the other sections leave comes back at the end.
+    base_kept = [sorted(r) for r in required]
+    minimal = min(base, cut.cost(-1.0, base_kept))
+    if not cut.cuttable or minimal > budget:
+        raise BudgetTooSmall(minimal, budget)
+    shares = [x for k, _ in cut.cuttable if (x := sections[k].share) is not None]
+    target = minimal + int((budget - minimal) * min(shares, default=1.0))
+    fraction = cut.largest(base_kept, target, -1.0)
+    return cut.at(fraction), cut.cost(fraction, base_kept), fraction
+
+
+def _choose(
+    sections: Sequence[Section],
+    required: list[frozenset[int]],
+    order: list[int],
+    free: int,
+    count: Counter,
+) -> list[set[int]]:
+    """The items each section keeps, by priority, within the `free` tokens the required ones
+    leave: a section held to a share first takes up to it, and gets more only from what the
+    others left."""
     optional = [
         [i for i in range(len(s.items)) if i not in required[k]] for k, s in enumerate(sections)
     ]
     costs = _costs(sections, optional, count)
     # A header costs its tokens plus its line breaks; a line its tokens plus one newline.
     heads = count([s.head for s in sections]) if sections else []
-    free = budget - base
     after_base = free
     chosen = [set(r) for r in required]
     pending: list[list[int]] = [[] for _ in sections]
-    order = sorted(range(len(sections)), key=lambda k: sections[k].priority)
 
     for k in order:
         s, c = sections[k], costs[k]
@@ -235,10 +273,20 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
         if s.conversation:
             start = _unbroken_run_start(chosen[k], len(s.items), required[k])
             chosen[k] = {i for i in chosen[k] if i >= start or i in required[k]}
+    return chosen
 
+
+def _drop_while_over(
+    sections: Sequence[Section],
+    kept: list[list[int]],
+    required: list[frozenset[int]],
+    order: list[int],
+    budget: int,
+    count: Counter,
+) -> tuple[str, int]:
+    """The text of `kept` (changed in place) and its count, within the budget."""
     # Per-item counts are estimates (BPE counts do not add up across joins): count the
     # whole text and, while it is over, drop from the least important section first.
-    kept = [sorted(c) for c in chosen]
     text = render(sections, kept)
     total = count([text])[0]
     while total > budget:
@@ -251,26 +299,7 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
             break
         text = render(sections, kept)
         total = count([text])[0]
-
-    if fraction < 1 and total < budget:  # what the others left goes back to the cut items
-        fraction = cut.largest(kept, budget, fraction)
-        sections = cut.at(fraction)
-        text = render(sections, kept)
-        total = count([text])[0]
-
-    blocks = [_block(s, kept[k]) for k, s in enumerate(sections)]
-    counts = count(blocks) if blocks else []
-    tokens = {s.name: counts[k] if kept[k] else 0 for k, s in enumerate(sections)}
-    tokens["total"] = total
-    return Packed(
-        kept={s.name: [s.items[i] for i in kept[k]] for k, s in enumerate(sections)},
-        text=text,
-        tokens=tokens,
-        dropped={
-            s.name: len(s.items) - len(kept[k]) for k, s in enumerate(sections) if not s.whole
-        },
-        truncated=cut.truncated(fraction) if fraction < 1 else {},
-    )
+    return text, total
 
 
 class _Cut:
