@@ -250,15 +250,18 @@ def import_(
             "invalid_file",
         )
     except KeyboardInterrupt:
-        checkpoint = holder.get("checkpoint")
-        err.print(
-            f"Interrupted: {tally.confirmed.records:,} of {source.total:,} messages confirmed"
-            + (f"; the checkpoint is {checkpoint.path}" if checkpoint else "")
-            + ". Run the same command again to resume.",
-            soft_wrap=True,
-        )
-        raise typer.Exit(130) from None
+        _interrupted(tally, source, holder.get("checkpoint"))
     _report_import(tally, started, holder.get("sending", started), remote=bool(url))
+
+
+def _interrupted(tally: Tally, source: Source, checkpoint: Checkpoint | None) -> NoReturn:
+    err.print(
+        f"Interrupted: {tally.confirmed.records:,} of {source.total:,} messages confirmed"
+        + (f"; the checkpoint is {checkpoint.path}" if checkpoint else "")
+        + ". Run the same command again to resume.",
+        soft_wrap=True,
+    )
+    raise typer.Exit(130) from None
 
 
 def _announce_import(file: Path, source: Source, start: Position, target: str) -> None:

@@ -7,7 +7,7 @@ what the batch's messages support: nothing is invented.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -226,6 +226,18 @@ def plan(
                 index=n,
             )
         )
+    triples = _keep_triples(extraction, by_seq, decisions, dropped)
+    return Plan(decisions, triples, dropped)
+
+
+def _keep_triples(
+    extraction: Extraction,
+    by_seq: Mapping[int, BatchMessage],
+    decisions: Sequence[Decision],
+    dropped: list[str],
+) -> list[Triple]:
+    """The triples with a source in the batch (their own, else their kept fact's); the
+    others are noted in `dropped`."""
     kept = {d.index for d in decisions}
     triples: list[Triple] = []
     for n, t in enumerate(extraction.triples):
@@ -248,7 +260,7 @@ def plan(
                 fact=t.fact if t.fact in kept else None,
             )
         )
-    return Plan(decisions, triples, dropped)
+    return triples
 
 
 def fact_id(job_key: str, content: str) -> uuid.UUID:

@@ -45,6 +45,7 @@ from app.stores.vectors import MemoryPayload, PayloadPatch, VectorIndex, VectorP
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
+    from app.stores.models import Memory
     from app.stores.sessions import Claim
 
 log = logging.getLogger("strata.facts")
@@ -287,22 +288,7 @@ class FactExtractor:
                 new_id = ids[d.index]
                 holder[d.index] = new_id
                 rows.append(_row(batch, d, new_id, now))
-                events.append(
-                    AuditEvent(
-                        t,
-                        u,
-                        new_id,
-                        "created",
-                        old=None,
-                        new={
-                            "content": d.content,
-                            "sources": d.sources,
-                            "supersedes": str(old.id) if old is not None else None,
-                        },
-                        reason=f"extracted ({d.action}): {d.reason}",
-                        at=now,
-                    )
-                )
+                events.append(_created(batch, d, new_id, old, now))
             if old is None:
                 counts["add"] += 1
                 continue
@@ -315,22 +301,7 @@ class FactExtractor:
                 )
                 ended.append(old.id)
                 patches.append((old.id, PayloadPatch(valid_to=valid_to)))
-                events.append(
-                    AuditEvent(
-                        t,
-                        u,
-                        old.id,
-                        "superseded" if d.action == "update" else "deleted",
-                        old={"content": old.content, "valid_to": None},
-                        new={
-                            "valid_to": valid_to.isoformat(),
-                            "superseded_by": str(successor) if successor else None,
-                            "statement": d.content or None,
-                        },
-                        reason=d.reason,
-                        at=now,
-                    )
-                )
+                events.append(_ended(batch, d, old, valid_to, successor, now))
             else:  # none: the fact is confirmed by these messages
                 holder[d.index] = old.id
                 sources = _merge_sources(old.sources, d.sources)
@@ -357,25 +328,73 @@ class FactExtractor:
         await memory_store.add_events(tx, events)
         if ended:
             await graph_store.end_of_memories(tx, t, ended, max(d.at for d in plan.decisions))
-        triples = [
-            TripleSpec(
-                x.subject,
-                x.predicate,
-                x.object,
-                x.subject_type,
-                x.object_type,
-                valid_from=x.at,
-                sources=x.sources,
-                memory_id=holder.get(x.fact) if x.fact is not None else None,
-            )
-            for x in plan.triples
-        ]
+        triples = _triple_specs(plan, holder)
         if triples:
             await write_triples(tx, t, u, triples, now)
         # Under the row locks, before the commit: if the index fails, nothing moves.
         await self.vectors.set_payload(patches)
         counts["triples"] = len(triples)
         return counts
+
+
+def _created(
+    batch: _Batch, d: facts.Decision, new_id: uuid.UUID, old: Memory | None, now: datetime
+) -> AuditEvent:
+    return AuditEvent(
+        batch.tenant_id,
+        batch.user_id,
+        new_id,
+        "created",
+        old=None,
+        new={
+            "content": d.content,
+            "sources": d.sources,
+            "supersedes": str(old.id) if old is not None else None,
+        },
+        reason=f"extracted ({d.action}): {d.reason}",
+        at=now,
+    )
+
+
+def _ended(
+    batch: _Batch,
+    d: facts.Decision,
+    old: Memory,
+    valid_to: datetime,
+    successor: uuid.UUID | None,
+    now: datetime,
+) -> AuditEvent:
+    return AuditEvent(
+        batch.tenant_id,
+        batch.user_id,
+        old.id,
+        "superseded" if d.action == "update" else "deleted",
+        old={"content": old.content, "valid_to": None},
+        new={
+            "valid_to": valid_to.isoformat(),
+            "superseded_by": str(successor) if successor else None,
+            "statement": d.content or None,
+        },
+        reason=d.reason,
+        at=now,
+    )
+
+
+def _triple_specs(plan: facts.Plan, holder: dict[int, uuid.UUID]) -> list[TripleSpec]:
+    """The plan's triples, each tied to the fact it restates (`holder`: decision -> fact)."""
+    return [
+        TripleSpec(
+            x.subject,
+            x.predicate,
+            x.object,
+            x.subject_type,
+            x.object_type,
+            valid_from=x.at,
+            sources=x.sources,
+            memory_id=holder.get(x.fact) if x.fact is not None else None,
+        )
+        for x in plan.triples
+    ]
 
 
 def _row(
