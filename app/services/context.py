@@ -221,35 +221,9 @@ class ContextService:
         session = await self.ingest.get_session(tenant_id, session_id, body.user_id)
         recent, last_user, working_memory = await self._conversation(tenant_id, session, body)
 
-        # The recall (the index and the model; SQL at most every few seconds) runs while the
-        # profile and the summaries are read one after the other: the call waits for the
-        # slower side, not for the sum, and mostly holds one database connection, as before.
-        before = _summaries_before(body, recent)
-
-        async def read() -> tuple[Profile, list[SummaryOut]]:
-            async with self.db.read() as tx:  # one transaction: its statements are the cost
-                return await self._profile(tx, tenant_id, body), await self._summaries(
-                    tx, tenant_id, body, before
-                )
-
-        async def stored() -> tuple[Profile, list[SummaryOut]]:
-            # Not for a replay, nor without turns (`before` is then now: never asked again).
-            if self.cache is None or body.as_of is not None or not recent:
-                return await read()
-            return await self.cache.get(tenant_id, body.user_id, before, read)
-
-        try:
-            async with asyncio.TaskGroup() as reads:
-                recalling = reads.create_task(
-                    self._recall(tenant_id, session_id, body, recent, last_user)
-                )
-                reading = reads.create_task(stored())
-        except BaseExceptionGroup as group:
-            for other in group.exceptions[1:]:
-                log.warning("context read failed too: %r", other)
-            raise group.exceptions[0] from None  # the API's error handlers expect one error
-        recalled = recalling.result()
-        profile, summaries = reading.result()
+        recalled, profile, summaries = await self._recall_and_read(
+            tenant_id, session_id, body, recent, last_user
+        )
         memories = recalled.memories
         attributes = list(profile.attributes.items())
         sections = layout(
@@ -305,6 +279,45 @@ class ContextService:
             rewritten_query=recalled.rewritten_query,
             llm_usage=LLMUsage(**recalled.llm_usage) if recalled.llm_usage else None,
         )
+
+    async def _recall_and_read(
+        self,
+        tenant_id: str,
+        session_id: str,
+        body: ContextRequest,
+        recent: list[MessageOut],
+        last_user: int | None,
+    ) -> tuple[_Recalled, Profile, list[SummaryOut]]:
+        """The recalled memories, the profile and the summaries, read side by side."""
+        # The recall (the index and the model; SQL at most every few seconds) runs while the
+        # profile and the summaries are read one after the other: the call waits for the
+        # slower side, not for the sum, and mostly holds one database connection, as before.
+        before = _summaries_before(body, recent)
+
+        async def read() -> tuple[Profile, list[SummaryOut]]:
+            async with self.db.read() as tx:  # one transaction: its statements are the cost
+                return await self._profile(tx, tenant_id, body), await self._summaries(
+                    tx, tenant_id, body, before
+                )
+
+        async def stored() -> tuple[Profile, list[SummaryOut]]:
+            # Not for a replay, nor without turns (`before` is then now: never asked again).
+            if self.cache is None or body.as_of is not None or not recent:
+                return await read()
+            return await self.cache.get(tenant_id, body.user_id, before, read)
+
+        try:
+            async with asyncio.TaskGroup() as reads:
+                recalling = reads.create_task(
+                    self._recall(tenant_id, session_id, body, recent, last_user)
+                )
+                reading = reads.create_task(stored())
+        except BaseExceptionGroup as group:
+            for other in group.exceptions[1:]:
+                log.warning("context read failed too: %r", other)
+            raise group.exceptions[0] from None  # the API's error handlers expect one error
+        profile, summaries = reading.result()
+        return recalling.result(), profile, summaries
 
     async def _conversation(
         self, tenant_id: str, session: SessionOut, body: ContextRequest

@@ -154,43 +154,22 @@ class GraphExtraction:
                 valid_to = min(r.valid_from for r in newer if r.valid_from is not None)
             else:
                 await self._end(tx, t, u, olds, said.at, new_id, written, patches, now)
-        row: memory_store.MemoryValues = {
-            "id": new_id,
-            "tenant_id": t,
-            "user_id": u,
-            "session_id": said.source["session_id"],
-            "memory_type": "semantic",
-            "content": f.statement,
-            "importance": FACT_IMPORTANCE,
-            "access_count": 0,
-            "last_accessed_at": None,
-            "strength": 1.0,
-            "pinned": False,
-            "valid_from": said.at,
-            "sources": [said.source],
-            "metadata_": {"extractor": EXTRACTOR},
-            "content_hash": content_hash(f.statement),
-            "created_at": said.at,
-            "updated_at": now,
-        }
-        await memory_store.insert_many(tx, [row])
-        events = [
-            AuditEvent(
-                t,
-                u,
-                new_id,
-                "created",
-                old=None,
-                new={"content": f.statement, "sources": [said.source]},
-                reason=f"extracted without an LLM ({f.kind}: {f.predicate})",
-                at=now,
-            )
-        ]
+        await memory_store.insert_many(tx, [_fact_row(t, u, said, f, new_id, now)])
+        created = AuditEvent(
+            t,
+            u,
+            new_id,
+            "created",
+            old=None,
+            new={"content": f.statement, "sources": [said.source]},
+            reason=f"extracted without an LLM ({f.kind}: {f.predicate})",
+            at=now,
+        )
         if valid_to is not None:
             await memory_store.end_validity(
                 tx, t, new_id, valid_to=valid_to, superseded_by=None, now=now
             )
-        await memory_store.add_events(tx, events)
+        await memory_store.add_events(tx, [created])
         await write_triples(
             tx,
             t,
@@ -328,3 +307,29 @@ class GraphBackfill:
         live = [r for r in rows if r.deleted_at is None]
         if live:
             await self.reindexer.rebuild_rows(live)
+
+
+def _fact_row(
+    t: str, u: str, said: Said, f: entities.Fact, new_id: uuid.UUID, now: datetime
+) -> memory_store.MemoryValues:
+    """The memory row of a fact found without an LLM: a semantic memory, valid from when
+    it was said."""
+    return {
+        "id": new_id,
+        "tenant_id": t,
+        "user_id": u,
+        "session_id": said.source["session_id"],
+        "memory_type": "semantic",
+        "content": f.statement,
+        "importance": FACT_IMPORTANCE,
+        "access_count": 0,
+        "last_accessed_at": None,
+        "strength": 1.0,
+        "pinned": False,
+        "valid_from": said.at,
+        "sources": [said.source],
+        "metadata_": {"extractor": EXTRACTOR},
+        "content_hash": content_hash(f.statement),
+        "created_at": said.at,
+        "updated_at": now,
+    }

@@ -188,6 +188,34 @@ async def entity_by_id(
     return (await tx.execute(stmt)).scalar_one_or_none()
 
 
+def _touches_by_index(
+    tenant_id: str, user_id: str, entity_id: sa.ColumnElement[uuid.UUID]
+) -> sa.ColumnElement[bool]:
+    """The relations at either end of `entity_id`, in the form SQLite plans well.
+
+    SQLite plans an `OR` of the two ends (and a join to a union of both orientations) as a
+    scan of every relation of the user per frontier row; a correlated `id IN (by subject
+    UNION ALL by object)` is an index search on each end. On PostgreSQL that form is a
+    subplan per relation row, and the `OR` a bitmap OR of the two indexes per frontier row:
+    each database gets the form it plans well."""
+    by_subject = sa.orm.aliased(Relation)
+    by_object = sa.orm.aliased(Relation)
+    return Relation.id.in_(
+        sa.union_all(
+            sa.select(by_subject.id).where(
+                by_subject.tenant_id == tenant_id,
+                by_subject.user_id == user_id,
+                by_subject.subject_id == entity_id,
+            ),
+            sa.select(by_object.id).where(
+                by_object.tenant_id == tenant_id,
+                by_object.user_id == user_id,
+                by_object.object_id == entity_id,
+            ),
+        )
+    )
+
+
 async def neighbors(
     tx: AsyncSession,
     tenant_id: str,
@@ -213,27 +241,7 @@ async def neighbors(
     )
     dialect = tx.bind.dialect.name if tx.bind is not None else "postgresql"
     if dialect == "sqlite":
-        # SQLite plans an `OR` of the two ends (and a join to a union of both orientations)
-        # as a scan of every relation of the user per frontier row; a correlated
-        # `id IN (by subject UNION ALL by object)` is an index search on each end. On
-        # PostgreSQL that form is a subplan per relation row, and the `OR` a bitmap OR of
-        # the two indexes per frontier row: each database gets the form it plans well.
-        by_subject = sa.orm.aliased(Relation)
-        by_object = sa.orm.aliased(Relation)
-        touches = Relation.id.in_(
-            sa.union_all(
-                sa.select(by_subject.id).where(
-                    by_subject.tenant_id == tenant_id,
-                    by_subject.user_id == user_id,
-                    by_subject.subject_id == walk.c.entity_id,
-                ),
-                sa.select(by_object.id).where(
-                    by_object.tenant_id == tenant_id,
-                    by_object.user_id == user_id,
-                    by_object.object_id == walk.c.entity_id,
-                ),
-            )
-        )
+        touches = _touches_by_index(tenant_id, user_id, walk.c.entity_id)
     step = sa.and_(scope, touches)
     other_end = sa.case(
         (Relation.subject_id == walk.c.entity_id, Relation.object_id), else_=Relation.subject_id
