@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TypedDict
 
 from fastapi import FastAPI
@@ -76,15 +76,11 @@ class State(TypedDict):
     metrics: Metrics  # read by the RequestMetrics middleware
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
-    """The app on `settings` (default: read from the environment, now, not at import).
-    `clock` moves "now" for reinforcement and forgetting (simulations, bench/forgetting.py)."""
-    settings = settings or Settings()
-    refuse_unworkable(settings, "api")
-    # Before the lifespan starts the threads that would each get an arena.
-    malloc.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
-
-    mcp_endpoint = strata_mcp.HttpEndpoint(strata_mcp.build_server())
+def _lifespan(
+    settings: Settings, clock: Clock | None, mcp_endpoint: strata_mcp.HttpEndpoint
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[State]]:
+    """The api's life: the container open, the MCP sessions and the in-process worker (when
+    set) running, and on the way out the worker finished and reinforcements flushed."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
@@ -123,12 +119,25 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                         log.exception("worker ended with an error")
                 await services.recall.drain()
 
+    return lifespan
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    """The app on `settings` (default: read from the environment, now, not at import).
+    `clock` moves "now" for reinforcement and forgetting (simulations, bench/forgetting.py)."""
+    settings = settings or Settings()
+    refuse_unworkable(settings, "api")
+    # Before the lifespan starts the threads that would each get an arena.
+    malloc.tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
+
+    mcp_endpoint = strata_mcp.HttpEndpoint(strata_mcp.build_server())
+
     app = FastAPI(
         title="Strata",
         version="0.1.0",
         summary="Long-term memory for AI agents",
         description=DESCRIPTION,
-        lifespan=lifespan,
+        lifespan=_lifespan(settings, clock, mcp_endpoint),
         docs_url=None,  # served from the package's own assets (app/api/docs.py)
         redoc_url=None,
         generate_unique_id_function=_operation_id,
