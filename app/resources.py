@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import cast
 
 import httpx
 from redis.asyncio import Redis
@@ -25,6 +26,7 @@ from app.providers.embeddings import Embedder, LocalUSE, OpenAIEmbedder
 from app.providers.llm import LLM, OpenAICompatibleLLM
 from app.providers.piece_table import default_cache_dir
 from app.settings import Settings
+from app.stores import memories as memory_store
 from app.stores.buffer import Breaker, Buffer
 from app.stores.db import Database, create_engine, migrate
 from app.stores.generations import Generations
@@ -185,6 +187,11 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
             )
         stack.push_async_callback(vectors.close)
         await vectors.ensure_collection()
+        if settings.qdrant_url is None:  # the embedded index reads its payloads' use from SQL
+            from app.stores.qdrant_edge import QdrantEdgeIndex
+
+            async with db.read() as tx:
+                cast(QdrantEdgeIndex, vectors).load_uses(await memory_store.uses(tx))
 
         tokens = TokenCounter(settings.tokenizer)
         llm = _llm(settings)

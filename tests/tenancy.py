@@ -45,6 +45,7 @@ CROSS_TENANT: dict[str, str] = {
     "app.stores.sessions.claim_backlog": "the promotion worker leases backlog of any tenant",
     "app.stores.sessions.backlog_exists": "the promotion worker: is there work anywhere",
     "app.stores.memories.any_live": "reindex at start: is the SQL store empty",
+    "app.stores.memories.uses": "the embedded index reads every memory's use at open",
     "app.stores.memories.live_page": "reindex walks every live memory of every tenant",
     "app.stores.summaries.recent_of_level": "the hourly sweep looks at every tenant's periods",
     "app.stores.summaries.users_received_between": "the hourly sweep finds users with news",

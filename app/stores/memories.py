@@ -50,6 +50,16 @@ async def any_live(tx: AsyncSession) -> bool:
     return (await tx.execute(stmt)).first() is not None
 
 
+async def uses(tx: AsyncSession) -> list[tuple[uuid.UUID, int, datetime | None]]:
+    """Every live memory that has been used (`access_count`, `last_accessed_at`): what the
+    embedded index reads over its stored payloads (`QdrantEdgeIndex.load_uses`)."""
+    stmt = sa.select(Memory.id, Memory.access_count, Memory.last_accessed_at).where(
+        Memory.deleted_at.is_(None),
+        sa.or_(Memory.access_count > 0, Memory.last_accessed_at.is_not(None)),
+    )
+    return [(mid, int(count), last) for mid, count, last in (await tx.execute(stmt)).all()]
+
+
 async def live_page(
     tx: AsyncSession,
     *,

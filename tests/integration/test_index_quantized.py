@@ -168,3 +168,46 @@ async def test_a_small_shard_is_searched_on_its_originals(tmp_path: Path, n: int
     )  # float16 turn
     assert quantized_files(index.path) == []
     await index.close()
+
+
+async def test_reinforcement_leaves_built_points_where_they_are_and_reads_back(
+    tmp_path: Path,
+) -> None:
+    """A patch of the use fields alone (a reinforcement flush) is kept beside the shard:
+    patching a built point would copy it out of the graph and the int8 copies, reading its
+    originals from disk. Searches return the new use at once; a reopened index gets it from
+    SQL (`load_uses`); an erasure takes the erased points' uses with it."""
+    written = points(6000, seed=4)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    await index.ensure_collection()
+    await index.upsert(written)
+    await index.build_now()
+    segments = index._shard.info().segments_count
+    when = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
+    await index.set_payload(
+        [(p.id, {"access_count": 7, "last_accessed_at": when}) for p in written[:500]]
+    )
+    assert index._shard.info().segments_count == segments  # no point left its segment
+    (stored,) = index._shard.retrieve([written[0].id], with_payload=True, with_vector=False)
+    assert stored.payload["access_count"] == 0  # the shard's payload is untouched
+    query = VectorQuery(TENANT, USER, written[0].dense, terms.query_vector("note"), 5)
+    hit = (await index.candidates(query)).dense[0]
+    assert hit.id == written[0].id
+    assert (hit.payload.access_count, hit.payload.last_accessed_at) == (7, when)
+    # Another patch still goes to the shard, and the use read over it stays.
+    await index.set_payload([(written[0].id, {"importance": 0.9})])
+    index._cached.clear()
+    hit = (await index.candidates(query)).dense[0]
+    assert (hit.payload.importance, hit.payload.access_count) == (0.9, 7)
+    await index.close()
+
+    reopened = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    await reopened.ensure_collection()
+    hit = (await reopened.candidates(query)).dense[0]
+    assert hit.payload.access_count == 0  # nothing on disk: SQL holds the uses
+    reopened.load_uses([(written[0].id, 7, when)])
+    hit = (await reopened.candidates(query)).dense[0]
+    assert (hit.payload.access_count, hit.payload.last_accessed_at) == (7, when)
+    assert await reopened.delete_user(TENANT, USER) == 6000
+    assert reopened._uses == {}
+    await reopened.close()

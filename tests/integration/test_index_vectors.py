@@ -290,13 +290,13 @@ async def test_a_write_that_fails_part_way_leaves_no_stale_cached_payload(tmp_pa
     index._shard = _FailingSecondUpdate(real)
     with pytest.raises(VectorStoreUnavailable, match="disk full"):
         await index.set_payload(
-            [(first, PayloadPatch(access_count=7)), (second, PayloadPatch(access_count=8))]
+            [(first, PayloadPatch(importance=0.7)), (second, PayloadPatch(importance=0.8))]
         )
     index._shard = real
 
     after = {h.id: h.payload for h in (await index.candidates(q)).dense}
-    assert after[first].access_count == 7  # stored before the failure
-    assert after[second].access_count == before[second].access_count
+    assert after[first].importance == 0.7  # stored before the failure
+    assert after[second].importance == before[second].importance
     await index.close()
 
 
@@ -320,8 +320,9 @@ class _CountingUpdates:
 
 
 async def test_points_sharing_a_patch_are_patched_in_one_update(tmp_path: Path) -> None:
-    """A reinforcement flush gives many points the same count and time: one update per
-    distinct patch; a point deleted meanwhile does not keep the others from theirs."""
+    """Many points patched alike (a sweep's importance, say): one update per distinct
+    patch; a point deleted meanwhile does not keep the others from theirs. (A reinforcement,
+    a patch of the use fields alone, is kept beside the shard: test_index_quantized.py.)"""
     from app.stores.vectors import PayloadPatch
 
     rng = np.random.default_rng(11)
@@ -339,14 +340,14 @@ async def test_points_sharing_a_patch_are_patched_in_one_update(tmp_path: Path) 
     counting = _CountingUpdates(real)
     index._shard = counting
     await index.set_payload(
-        [(pid, PayloadPatch(access_count=2 if n < 20 else 5)) for n, pid in enumerate(ids)]
+        [(pid, PayloadPatch(importance=0.2 if n < 20 else 0.5)) for n, pid in enumerate(ids)]
     )
     index._shard = real
 
     after = _payloads(await index.candidates(q))
     assert gone not in after
-    assert {pid: after[pid].access_count for pid in after} == {
-        pid: 2 if n < 20 else 5 for n, pid in enumerate(ids) if pid != gone
+    assert {pid: after[pid].importance for pid in after} == {
+        pid: 0.2 if n < 20 else 0.5 for n, pid in enumerate(ids) if pid != gone
     }
     # Two patches: two updates, and the group with the deleted point once more per point.
     assert counting.updates == 2 + 20
@@ -355,14 +356,14 @@ async def test_points_sharing_a_patch_are_patched_in_one_update(tmp_path: Path) 
     first, other = ids[0], ids[1]
     await index.set_payload(
         [
-            (other, PayloadPatch(access_count=9)),
-            (first, PayloadPatch(access_count=1)),
-            (first, PayloadPatch(access_count=9)),
+            (other, PayloadPatch(importance=0.9)),
+            (first, PayloadPatch(importance=0.1)),
+            (first, PayloadPatch(importance=0.9)),
         ]
     )
-    assert _payloads(await index.candidates(q))[first].access_count == 9  # the cache
+    assert _payloads(await index.candidates(q))[first].importance == 0.9  # the cache
     index._cached.clear()
-    assert _payloads(await index.candidates(q))[first].access_count == 9  # the index
+    assert _payloads(await index.candidates(q))[first].importance == 0.9  # the index
     await index.close()
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from app.core.relevance import CONFIDENT_RELEVANCE
-from tests.conftest import Running, post_messages, recall, settle, turn
+from app.settings import Settings
+from tests.conftest import Running, embedded_settings, post_messages, recall, settle, turn
 
 
 async def test_filters_narrow_the_results(running: Running, ids: Callable[[str], str]) -> None:
@@ -408,3 +411,31 @@ async def test_a_stated_change_ranks_above_the_statement_it_replaces(
         for r in await recall(running, user, query, time_range=september, min_relevance=0)
     ]
     assert window[0] == f"user: {old}", window
+
+
+async def test_reinforcement_outlives_a_restart_of_the_embedded_service(
+    tmp_path: Path, start_app: Callable[[Settings], Any]
+) -> None:
+    """The embedded index keeps a memory's use beside its shard, not in it
+    (tests/integration/test_index_quantized.py): a restart reads it back from SQL, so the
+    scores recall gives after one are those it gave before."""
+    settings = embedded_settings(tmp_path)
+    async with start_app(settings) as running:
+        made = await running.client.post(
+            "/v1/memories",
+            json={"user_id": "ana", "content": "Walks the dog at 7am.", "memory_type": "semantic"},
+        )
+        assert made.status_code == 201
+        for _ in range(3):
+            resp = await running.client.post(
+                "/v1/recall", json={"user_id": "ana", "query": "dog walk"}
+            )
+            assert resp.status_code == 200
+            await settle(running)
+        before = (await recall(running, "ana", "dog walk"))[0]
+        assert before["access_count"] == 3
+    async with start_app(settings) as running:
+        after = (await recall(running, "ana", "dog walk"))[0]
+        assert after["access_count"] == 3
+        assert after["last_accessed_at"] == before["last_accessed_at"]
+        assert after["scores"]["importance"] == before["scores"]["importance"]
