@@ -113,6 +113,45 @@ def _llm(settings: Settings) -> LLM | None:
     )
 
 
+def _vectors(settings: Settings, embedder: Embedder) -> VectorIndex:
+    """The vector index the settings name: a Qdrant server, or Qdrant Edge's embedded shard."""
+    name = collection_name(settings.collection_prefix, embedder.model_id, embedder.dim)
+    # Imported where chosen: a process loads only the Qdrant client it uses.
+    if settings.qdrant_url:
+        from app.stores.qdrant_server import QdrantServerIndex
+
+        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        return QdrantServerIndex.connect(settings.qdrant_url, api_key, name, embedder.dim)
+    else:
+        from app.stores.qdrant_edge import QdrantEdgeIndex
+
+        root = settings.data_dir / "qdrant"
+        return QdrantEdgeIndex(
+            root,
+            name,
+            embedder.dim,
+            build_min_points=settings.index_build_min_points,
+            build_fraction=settings.index_build_fraction,
+            vector_cache_bytes=settings.index_vector_cache_mb * 2**20,
+            superseded=superseded_collections(
+                # `<name>`, `<name>.gen<ms>` (a built graph), `<name>.current`
+                {p.name.partition(".")[0] for p in root.glob("*")},
+                settings.collection_prefix,
+                embedder.model_id,
+                embedder.dim,
+            ),
+        )
+
+
+async def _open_vectors(vectors: VectorIndex, db: Database, *, embedded: bool) -> None:
+    await vectors.ensure_collection()
+    if embedded:  # the embedded index reads its payloads' use from SQL
+        from app.stores.qdrant_edge import QdrantEdgeIndex
+
+        async with db.read() as tx:
+            cast(QdrantEdgeIndex, vectors).load_uses(await memory_store.uses(tx))
+
+
 @contextlib.asynccontextmanager
 async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     async with contextlib.AsyncExitStack() as stack:
@@ -156,42 +195,9 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         embedder: Embedder = MeteredEmbedder(raw_embedder, metrics)
         await asyncio.to_thread(terms.warm_up)
 
-        name = collection_name(settings.collection_prefix, embedder.model_id, embedder.dim)
-        vectors: VectorIndex
-        # Imported where chosen: a process loads only the Qdrant client it uses.
-        if settings.qdrant_url:
-            from app.stores.qdrant_server import QdrantServerIndex
-
-            api_key = (
-                settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-            )
-            vectors = QdrantServerIndex.connect(settings.qdrant_url, api_key, name, embedder.dim)
-        else:
-            from app.stores.qdrant_edge import QdrantEdgeIndex
-
-            root = settings.data_dir / "qdrant"
-            vectors = QdrantEdgeIndex(
-                root,
-                name,
-                embedder.dim,
-                build_min_points=settings.index_build_min_points,
-                build_fraction=settings.index_build_fraction,
-                vector_cache_bytes=settings.index_vector_cache_mb * 2**20,
-                superseded=superseded_collections(
-                    # `<name>`, `<name>.gen<ms>` (a built graph), `<name>.current`
-                    {p.name.partition(".")[0] for p in root.glob("*")},
-                    settings.collection_prefix,
-                    embedder.model_id,
-                    embedder.dim,
-                ),
-            )
+        vectors = _vectors(settings, embedder)
         stack.push_async_callback(vectors.close)
-        await vectors.ensure_collection()
-        if settings.qdrant_url is None:  # the embedded index reads its payloads' use from SQL
-            from app.stores.qdrant_edge import QdrantEdgeIndex
-
-            async with db.read() as tx:
-                cast(QdrantEdgeIndex, vectors).load_uses(await memory_store.uses(tx))
+        await _open_vectors(vectors, db, embedded=settings.qdrant_url is None)
 
         tokens = TokenCounter(settings.tokenizer)
         llm = _llm(settings)
