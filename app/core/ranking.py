@@ -21,6 +21,8 @@ from numpy.typing import NDArray
 from app.core import terms
 
 K = TypeVar("K", bound=Hashable)
+Floats = NDArray[np.float64]
+Flags = NDArray[np.bool_]
 Language = Literal["zh", "en", "mixed"]
 AnswerType = Literal["time", "place"]
 
@@ -280,12 +282,24 @@ class Penalties:
     outside_period: float = 0.0  # the question names a date, the memory is from another
 
 
+def own_match_many(
+    cov_own: Floats, cov_chunk: Floats, cos_turn: Floats, cos_chunk: Floats
+) -> Floats:
+    """How much of each match is the memory's own text, in [0, 1]: the larger of its share
+    of the matched query terms and its own vector's cosine relative to the indexed one."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term_share = np.where(cov_chunk > 0, cov_own / np.where(cov_chunk > 0, cov_chunk, 1), 0)
+    vector_share = np.minimum(1.0, np.maximum(0.0, cos_turn / np.maximum(cos_chunk, 1e-9)))
+    out: Floats = np.minimum(1.0, np.maximum(term_share, vector_share))
+    return out
+
+
 def own_match(cov_own: float, cov_chunk: float, cos_turn: float, cos_chunk: float) -> float:
-    """How much of the match is the memory's own text, in [0, 1]: the larger of its share of
-    the matched query terms and its own vector's cosine relative to the indexed one."""
-    term_share = cov_own / cov_chunk if cov_chunk > 0 else 0.0
-    vector_share = min(1.0, max(0.0, cos_turn / max(cos_chunk, 1e-9)))
-    return min(1.0, max(term_share, vector_share))
+    """`own_match_many` of one candidate."""
+    one = own_match_many(
+        *(np.array([x], dtype=np.float64) for x in (cov_own, cov_chunk, cos_turn, cos_chunk))
+    )
+    return float(one[0])
 
 
 def asks_only(role: str | None, text: str, max_terms: int = 4) -> bool:
@@ -329,6 +343,25 @@ def filler(role: str | None, text: str, max_terms: int = 3) -> bool:
     return all(w in _REACTIONS for w in words)
 
 
+def penalty_factor_many(
+    own: Floats,
+    index_terms: Floats,
+    asking: Flags,
+    p: Penalties,
+    lacks_answer_type: Flags,
+    outside_period: Flags,
+    is_filler: Flags,
+) -> Floats:
+    """The product of the penalties that apply to each candidate, in (0, 1]."""
+    factor = 1.0 - p.context_only * (1.0 - np.minimum(1.0, np.maximum(0.0, own)))
+    factor = np.where(is_filler, factor * (1.0 - p.filler), factor)
+    factor = np.where(index_terms <= p.short_terms, factor * (1.0 - p.short), factor)
+    factor = np.where(asking, factor * (1.0 - p.asking_only), factor)
+    factor = np.where(lacks_answer_type, factor * (1.0 - p.no_answer_type), factor)
+    out: Floats = np.where(outside_period, factor * (1.0 - p.outside_period), factor)
+    return out
+
+
 def penalty_factor(
     own: float,
     index_terms: int,
@@ -338,19 +371,13 @@ def penalty_factor(
     outside_period: bool = False,
     is_filler: bool = False,
 ) -> float:
-    """The product of the penalties that apply, in (0, 1]."""
-    factor = 1.0 - p.context_only * (1.0 - min(1.0, max(0.0, own)))
-    if is_filler:
-        factor *= 1.0 - p.filler
-    if index_terms <= p.short_terms:
-        factor *= 1.0 - p.short
-    if asking:
-        factor *= 1.0 - p.asking_only
-    if lacks_answer_type:
-        factor *= 1.0 - p.no_answer_type
-    if outside_period:
-        factor *= 1.0 - p.outside_period
-    return factor
+    """`penalty_factor_many` of one candidate."""
+    flags = (np.array([b]) for b in (asking, lacks_answer_type, outside_period, is_filler))
+    asks, lacks, outside, filler_ = flags
+    one = penalty_factor_many(
+        np.array([own]), np.array([float(index_terms)]), asks, p, lacks, outside, filler_
+    )
+    return float(one[0])
 
 
 # --------------------------------------------------------------------------- changes

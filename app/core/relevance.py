@@ -25,7 +25,6 @@ read its missing shared terms as "no match".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -95,17 +94,16 @@ class Calibration:
         asks: bool = False,
         lacks: bool = False,
     ) -> float:
-        """The relevance of one candidate; the flags matter to a cross-language pair only."""
-        z = (
-            self.cos_turn * f.cos_turn
-            + self.cos_chunk * f.cos_chunk
-            + self.cov_own * f.cov_own
-            + self.cov_chunk * f.cov_chunk
-            + self.bias
+        """`many` of one candidate; the flags matter to a cross-language pair only."""
+        cos_turn, cos_chunk, cov_own, cov_chunk = (
+            np.array([x], dtype=np.float64)
+            for x in (f.cos_turn, f.cos_chunk, f.cov_own, f.cov_chunk)
         )
-        if cross_language and self.cross is not None:
-            z = self.cross.apply(z, f.cos_turn, float(short), float(asks), float(lacks))
-        return sigmoid(z + self.shift)
+        cross, short_, asks_, lacks_ = (
+            np.array([flag]) for flag in (cross_language, short, asks, lacks)
+        )
+        one = self.many(cos_turn, cos_chunk, cov_own, cov_chunk, cross, short_, asks_, lacks_)
+        return float(one[0])
 
     def many(
         self,
@@ -118,7 +116,7 @@ class Calibration:
         asks: NDArray[np.bool_] | None = None,
         lacks: NDArray[np.bool_] | None = None,
     ) -> NDArray[np.float64]:
-        """`__call__` over arrays of candidates (the same sums in the same order)."""
+        """The relevance of each candidate (flags as boolean arrays, None as all false)."""
         z = (
             self.cos_turn * cos_turn
             + self.cos_chunk * cos_chunk
@@ -189,10 +187,8 @@ CONFIDENT_RELEVANCE = 0.25
 
 
 def sigmoid(z: float) -> float:
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
+    """`sigmoid_many` of one value."""
+    return float(sigmoid_many(np.array([z], dtype=np.float64))[0])
 
 
 def sigmoid_many(z: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -194,6 +194,29 @@ class ScoreConfig:
     importance_intrinsic_share: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Features:
+    """What scoring reads of each candidate besides its cosines (one array entry each)."""
+
+    cross: NDArray[np.bool_]  # in another language than the query
+    asking: NDArray[np.bool_]  # `TextFacts.asks_only`
+    filler: NDArray[np.bool_]
+    lacks: NDArray[np.bool_]  # a when/where question, and it names no time/place
+    outside: NDArray[np.bool_]  # outside the period the query names
+    index_terms: NDArray[np.float64]  # of its own text
+    cov_own: NDArray[np.float64]
+    cov_chunk: NDArray[np.float64]
+    fused: NDArray[np.float64]  # its fused rank score, unnormalised
+    age: NDArray[np.float64]  # seconds since last accessed (or created)
+    intrinsic: NDArray[np.float64]
+    access: NDArray[np.float64]
+
+    @classmethod
+    def empty(cls, n: int) -> _Features:
+        flags = [np.zeros(n, dtype=bool) for _ in range(5)]
+        return cls(*flags, *(np.empty(n) for _ in range(7)))
+
+
 class Score:
     """The composite score (docs/architecture.md §3) over a pool, ranked best first (pure).
 
@@ -234,75 +257,32 @@ class Score:
         return scoring.Weights(s.weight_semantic, s.weight_recency, s.weight_importance)
 
     def __call__(self, spec: SearchSpec, pool: Pool) -> list[Candidate]:
-        """The pool scored and ranked, each step over numpy arrays of the candidates; the
-        same numbers as `scalar` (tests/unit/test_search.py holds them to it)."""
+        """The pool scored and ranked, each step over numpy arrays of the candidates (the
+        formulas of `app.core.scoring`, `ranking` and `relevance`)."""
         now = spec.as_of or datetime.now(UTC)
         w = (spec.weights or self.default_weights()).normalised()
         hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.config.candidate_pool))
         if not hits:
             return []
-        n = len(hits)
         chunk_cos, turn_cos = self._cosines(pool, hits)
-        cov_own, cov_chunk = np.empty(n), np.empty(n)
-        index_terms, asking = np.empty(n), np.zeros(n, dtype=bool)
-        filler = np.zeros(n, dtype=bool)
-        lacks, outside = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        # Always asked: the cross-language relevance reads `lacks` whatever the penalty.
-        kind = ranking.asks_for(spec.query)
-        period = self._period(spec)
-        fused = np.empty(n)
-        last, intrinsic, access = np.empty(n), np.empty(n), np.empty(n)
-        query_language, cross = ranking.language(spec.query), np.zeros(n, dtype=bool)
-        for i, (hit, f) in enumerate(hits):
-            p = hit.payload
-            facts = text_facts(p.content, p.role)
-            cross[i] = ranking.cross_language(query_language, facts.language)
-            own_terms, index_terms[i] = facts.terms, facts.own_terms
-            asking[i] = facts.asks_only(self.penalties.asking_terms)
-            filler[i] = facts.filler
-            if kind is not None:
-                lacks[i] = not names_of(p.content, p.role, kind)
-            if period is not None and p.kind != "summary":  # a summary spans its period
-                outside[i] = not period[0] <= p.created_at < period[1]
-            chunk_terms = hit.vectors.sparse_ids if hit.vectors else ()
-            cov_own[i] = relevance.coverage(pool.query_terms, own_terms)
-            cov_chunk[i] = relevance.coverage(pool.query_terms, chunk_terms, own_terms)
-            fused[i] = f
-            last[i] = (now - (p.last_accessed_at or p.created_at)).total_seconds()
-            intrinsic[i] = 1.0 if p.pinned else p.importance
-            access[i] = p.access_count
-        short = index_terms <= self.penalties.short_terms
+        f = self._features(spec, pool, hits, now)
+        pen, s = self.penalties, self.config
+        short = f.index_terms <= pen.short_terms
         rel = self.calibration.many(
-            turn_cos, chunk_cos, cov_own, cov_chunk, cross, short, asking, lacks
+            turn_cos, chunk_cos, f.cov_own, f.cov_chunk, f.cross, short, f.asking, f.lacks
         )
-        pen = self.penalties
-        rel = np.where(filler, rel * (1.0 - pen.filler), rel)
-        # ranking.own_match and ranking.penalty_factor, elementwise
-        with np.errstate(divide="ignore", invalid="ignore"):
-            term_share = np.where(cov_chunk > 0, cov_own / np.where(cov_chunk > 0, cov_chunk, 1), 0)
-        vector_share = np.minimum(1.0, np.maximum(0.0, turn_cos / np.maximum(chunk_cos, 1e-9)))
-        own = np.minimum(1.0, np.maximum(term_share, vector_share))
-        factor = 1.0 - pen.context_only * (1.0 - np.minimum(1.0, np.maximum(0.0, own)))
-        factor = np.where(filler, factor * (1.0 - pen.filler), factor)
-        factor = np.where(index_terms <= pen.short_terms, factor * (1.0 - pen.short), factor)
-        factor = np.where(asking, factor * (1.0 - pen.asking_only), factor)
-        factor = np.where(lacks, factor * (1.0 - pen.no_answer_type), factor)
-        factor = np.where(outside, factor * (1.0 - pen.outside_period), factor)
-        fused_norm = np.minimum(1.0, np.maximum(0.0, fused / self.fusion.best())) * factor
-        share = self.config.relevance_share
-        key = (1 - share) * fused_norm + share * rel
-        s = self.config
-        days = np.maximum(0.0, last / scoring.SECONDS_PER_DAY)
-        recency = _unit_interval(np.exp(-s.recency_lambda_per_day * days))
-        used = access / pool.max_access if pool.max_access > 0 else np.zeros(n)
-        w_imp = s.importance_intrinsic_share
-        importance = _unit_interval(
-            w_imp * _unit_interval(intrinsic) + (1 - w_imp) * _unit_interval(used)
+        rel = np.where(f.filler, rel * (1.0 - pen.filler), rel)
+        own = ranking.own_match_many(f.cov_own, f.cov_chunk, turn_cos, chunk_cos)
+        factor = ranking.penalty_factor_many(
+            own, f.index_terms, f.asking, pen, f.lacks, f.outside, f.filler
         )
-        w2 = w.normalised()  # as `scoring.combine` does
-        score = _unit_interval(
-            w2.semantic * key + w2.recency * recency + w2.importance * importance
+        fused_norm = np.minimum(1.0, np.maximum(0.0, f.fused / self.fusion.best())) * factor
+        key = (1 - s.relevance_share) * fused_norm + s.relevance_share * rel
+        recency = scoring.recency_many(f.age, s.recency_lambda_per_day)
+        importance = scoring.importance_many(
+            f.intrinsic, f.access, pool.max_access, s.importance_intrinsic_share
         )
+        score = scoring.combine_many(w, key, recency, importance)
         candidates = [
             Candidate(
                 hit,
@@ -315,6 +295,36 @@ class Score:
             for i, (hit, _) in enumerate(hits)
         ]
         return sorted(candidates, key=lambda c: c.score, reverse=True)
+
+    def _features(
+        self, spec: SearchSpec, pool: Pool, hits: list[tuple[VectorHit, float]], now: datetime
+    ) -> _Features:
+        """What scoring reads of each candidate besides its cosines, as arrays."""
+        n = len(hits)
+        f = _Features.empty(n)
+        # Always asked: the cross-language relevance reads `lacks` whatever the penalty.
+        kind = ranking.asks_for(spec.query)
+        period = self._period(spec)
+        query_language = ranking.language(spec.query)
+        for i, (hit, fused) in enumerate(hits):
+            p = hit.payload
+            facts = text_facts(p.content, p.role)
+            f.cross[i] = ranking.cross_language(query_language, facts.language)
+            f.index_terms[i] = facts.own_terms
+            f.asking[i] = facts.asks_only(self.penalties.asking_terms)
+            f.filler[i] = facts.filler
+            if kind is not None:
+                f.lacks[i] = not names_of(p.content, p.role, kind)
+            if period is not None and p.kind != "summary":  # a summary spans its period
+                f.outside[i] = not period[0] <= p.created_at < period[1]
+            chunk_terms = hit.vectors.sparse_ids if hit.vectors else ()
+            f.cov_own[i] = relevance.coverage(pool.query_terms, facts.terms)
+            f.cov_chunk[i] = relevance.coverage(pool.query_terms, chunk_terms, facts.terms)
+            f.fused[i] = fused
+            f.age[i] = (now - (p.last_accessed_at or p.created_at)).total_seconds()
+            f.intrinsic[i] = 1.0 if p.pinned else p.importance
+            f.access[i] = p.access_count
+        return f
 
     def _period(self, spec: SearchSpec) -> tuple[datetime, datetime] | None:
         """The period the query names, unless the request set its own `time_range`."""
@@ -343,94 +353,6 @@ class Score:
             chunk[rest] = _unit_rows(_stack([v.dense if v else [] for v in stored], dim)) @ q
             turn[rest] = _unit_rows(_stack([v.turn if v else [] for v in stored], dim)) @ q
         return chunk, turn
-
-    def scalar(self, spec: SearchSpec, pool: Pool) -> list[Candidate]:
-        """`__call__` one candidate at a time through the pure functions of `app.core`:
-        the reference the vectorised form is tested against."""
-        now = spec.as_of or datetime.now(UTC)
-        w = (spec.weights or self.default_weights()).normalised()
-        hits = fused_pool(spec, pool, self.fusion, max(spec.top_k, self.config.candidate_pool))
-        if not hits:
-            return []
-        chunk_cos, turn_cos = self._cosines(pool, hits)
-        share = self.config.relevance_share
-        best = self.fusion.best()
-        kind = ranking.asks_for(spec.query)
-        period = self._period(spec)
-        query_language = ranking.language(spec.query)
-        candidates = []
-        for n, (hit, fused) in enumerate(hits):
-            rel, fused_norm, own = self._match(
-                hit,
-                pool,
-                fused / best,
-                float(turn_cos[n]),
-                float(chunk_cos[n]),
-                kind,
-                period,
-                ranking.cross_language(query_language, ranking.language(hit.payload.text)),
-            )
-            key = (1 - share) * fused_norm + share * rel
-            recency, importance = self._terms(hit, now, pool.max_access)
-            score = scoring.combine(w, key, recency, importance)
-            candidates.append(Candidate(hit, rel, recency, importance, score, own))
-        return sorted(candidates, key=lambda c: c.score, reverse=True)
-
-    def _match(
-        self,
-        hit: VectorHit,
-        pool: Pool,
-        fused_norm: float,
-        cos_turn: float,
-        cos_chunk: float,
-        kind: ranking.AnswerType | None,
-        period: tuple[datetime, datetime] | None,
-        cross_language: bool,
-    ) -> tuple[float, float, float]:
-        """(calibrated relevance, penalised fused score, own match) of one candidate."""
-        p = hit.payload
-        text = p.text
-        own_terms = {terms.term_id(t) for t in terms.tokenize(p.content)}
-        chunk_terms = set(hit.vectors.sparse_ids) if hit.vectors else own_terms
-        f = relevance.Features(
-            cos_turn=cos_turn,
-            cos_chunk=cos_chunk,
-            cov_own=relevance.coverage(pool.query_terms, own_terms),
-            cov_chunk=relevance.coverage(pool.query_terms, chunk_terms | own_terms),
-        )
-        own = ranking.own_match(f.cov_own, f.cov_chunk, f.cos_turn, f.cos_chunk)
-        index_terms = len(terms.tokenize(text))
-        asks = ranking.asks_only(p.role, text, self.penalties.asking_terms)
-        is_filler = ranking.filler(p.role, text)
-        lacks = kind is not None and not ranking.names(text, kind)
-        factor = ranking.penalty_factor(
-            own,
-            index_terms,
-            asks,
-            self.penalties,
-            lacks,
-            period is not None
-            and p.kind != "summary"
-            and not period[0] <= p.created_at < period[1],
-            is_filler,
-        )
-        short = index_terms <= self.penalties.short_terms
-        rel = self.calibration(f, cross_language, short, asks, lacks)
-        if is_filler:
-            rel *= 1.0 - self.penalties.filler
-        return rel, min(1.0, max(0.0, fused_norm)) * factor, own
-
-    def _terms(self, hit: VectorHit, now: datetime, max_access: int) -> tuple[float, float]:
-        """(recency, importance) of one candidate."""
-        s = self.config
-        p = hit.payload
-        last = p.last_accessed_at or p.created_at
-        recency = scoring.recency(now, last, s.recency_lambda_per_day)
-        intrinsic = 1.0 if p.pinned else p.importance
-        importance = scoring.importance(
-            intrinsic, p.access_count, max_access, s.importance_intrinsic_share
-        )
-        return recency, importance
 
 
 def fused_pool(
@@ -509,12 +431,6 @@ def text_facts(content: str, role: str | None) -> TextFacts:
 def names_of(content: str, role: str | None, kind: ranking.AnswerType) -> bool:
     """`ranking.names` of a memory's own text, once per text and kind (like `text_facts`)."""
     return ranking.names(MemoryPayload.text_of(content, role), kind)
-
-
-def _unit_interval(x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """`scoring._unit` elementwise: NaN to 0, then clipped to [0, 1]."""
-    out: NDArray[np.float64] = np.clip(np.nan_to_num(x, nan=0.0), 0.0, 1.0)
-    return out
 
 
 def _stack(rows: Sequence[Sequence[float] | NDArray[np.float32]], dim: int) -> NDArray[np.float32]:
