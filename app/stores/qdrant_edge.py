@@ -814,8 +814,6 @@ class QdrantEdgeIndex:
         """A copy of the flushed shard made in a child process (its graph built; with
         `purge`, rewritten into a new shard first), the writes made meanwhile replayed
         onto it, swapped in under the lock. Under `_rebuilding`."""
-        import qdrant_edge as qe
-
         start = time.perf_counter()
         generation = f"{self.collection}.gen{int(time.time() * 1000)}"
         target = self.root / generation
@@ -825,67 +823,18 @@ class QdrantEdgeIndex:
         # A purge builds the graph when the live directory has one, or one is due.
         optimize = not purge or self._built_points() > 0 or self._build_due()
         self._purging = purge
-
-        erasures = 0
-
-        def copy() -> int:
-            nonlocal erasures
-            with self._lock:
-                if self._shard is None:
-                    raise VectorStoreUnavailable("the vector index is closed")
-                self._shard.flush()
-                shutil.copytree(self.path, source)
-                erasures = self._erasures
-                self._journal = []
-                self._failed_during_build = False
-                return int(self._shard.count(qe.CountRequest(exact=True)))
-
         built: Any = None
         try:
-            copied = await asyncio.to_thread(copy)
-            # The build holds its process's GIL for minutes: a child process, at low
-            # priority, so the requests served here keep the cores they need.
-            if purge:
-                args = ["--rewrite", str(source), str(self.dim), str(target)]
-                args += [] if optimize else ["--no-optimize"]
-            else:
-                args = [str(target), str(self.dim)]
-            self._child = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "app.stores.qdrant_edge", *args
-            )
-            if await self._child.wait() != 0:
-                raise RuntimeError(f"index build exited with {self._child.returncode}")
+            copied, erasures = await asyncio.to_thread(self._copy_live, source)
+            await self._run_child(source, target, purge=purge, optimize=optimize)
             if purge:
                 await asyncio.to_thread(shutil.rmtree, source, True)
             built = await asyncio.to_thread(_load_trimmed, target)
             built_points = copied if optimize else 0  # the points in its graph
-
-            def swap() -> Any:
-                # Most of the journal is replayed without the lock; the rest under it.
-                while True:
-                    with self._lock:
-                        assert self._journal is not None
-                        pending, self._journal = self._journal, []
-                        if not pending:
-                            old, self._shard = self._shard, built
-                            old_path, self.path = self.path, target
-                            self._journal = None
-                            self._pointer.with_suffix(".tmp").write_text(
-                                json.dumps({"dir": generation, "built_points": built_points})
-                            )
-                            os.replace(self._pointer.with_suffix(".tmp"), self._pointer)
-                            self._unbuilt = max(0, self._points - built_points)
-                            if self._failed_during_build:
-                                self._terms_stale = True
-                                self._failed_during_build = False
-                            return old, old_path
-                    for fn in pending:
-                        fn(built)
-
-            old, old_path = await asyncio.to_thread(swap)
-            await asyncio.to_thread(old.close)
-            await asyncio.to_thread(malloc.trim)
-            await asyncio.to_thread(shutil.rmtree, old_path, True)
+            old, old_path = await asyncio.to_thread(
+                self._swap_in, built, target, generation, built_points
+            )
+            await self._retire(old, old_path)
             if purge:
                 self._purged = max(self._purged, erasures)
                 # Any directory but the live one: a build or purge cut short, the first
@@ -900,20 +849,86 @@ class QdrantEdgeIndex:
                 time.perf_counter() - start,
             )
         except BaseException:
-            with self._lock:
-                self._journal = None
-            if self._child is not None and self._child.returncode is None:
-                self._child.kill()
-                await self._child.wait()
-            if self.path != target:
-                if built is not None:
-                    await asyncio.to_thread(built.close)
-                await asyncio.to_thread(shutil.rmtree, target, True)
-            if purge:
-                await asyncio.to_thread(shutil.rmtree, source, True)
+            await self._abandon(built, source, target, purge=purge)
             raise
         finally:
             self._child = None
+
+    def _copy_live(self, source: Path) -> tuple[int, int]:
+        """The flushed live directory copied to `source`, the journal of writes opened:
+        (its points, the erasures it follows)."""
+        import qdrant_edge as qe
+
+        with self._lock:
+            if self._shard is None:
+                raise VectorStoreUnavailable("the vector index is closed")
+            self._shard.flush()
+            shutil.copytree(self.path, source)
+            self._journal = []
+            self._failed_during_build = False
+            return int(self._shard.count(qe.CountRequest(exact=True))), self._erasures
+
+    async def _run_child(self, source: Path, target: Path, *, purge: bool, optimize: bool) -> None:
+        """The build (or the purge's rewrite) in a child process: it holds its process's
+        GIL for minutes, so a child, at low priority, leaves the requests served here the
+        cores they need."""
+        if purge:
+            args = ["--rewrite", str(source), str(self.dim), str(target)]
+            args += [] if optimize else ["--no-optimize"]
+        else:
+            args = [str(target), str(self.dim)]
+        self._child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.stores.qdrant_edge", *args
+        )
+        if await self._child.wait() != 0:
+            raise RuntimeError(f"index build exited with {self._child.returncode}")
+
+    def _swap_in(
+        self, built: Any, target: Path, generation: str, built_points: int
+    ) -> tuple[Any, Path]:
+        """The journal replayed onto `built`, which then becomes the live shard: (the old
+        shard, its directory). Most of the journal is replayed without the lock; the rest
+        under it."""
+        while True:
+            with self._lock:
+                assert self._journal is not None
+                pending, self._journal = self._journal, []
+                if not pending:
+                    old, self._shard = self._shard, built
+                    old_path, self.path = self.path, target
+                    self._journal = None
+                    self._pointer.with_suffix(".tmp").write_text(
+                        json.dumps({"dir": generation, "built_points": built_points})
+                    )
+                    os.replace(self._pointer.with_suffix(".tmp"), self._pointer)
+                    self._unbuilt = max(0, self._points - built_points)
+                    if self._failed_during_build:
+                        self._terms_stale = True
+                        self._failed_during_build = False
+                    return old, old_path
+            for fn in pending:
+                fn(built)
+
+    async def _retire(self, old: Any, old_path: Path) -> None:
+        """The shard swapped out closed, its memory given back, its directory deleted."""
+        await asyncio.to_thread(old.close)
+        await asyncio.to_thread(malloc.trim)
+        await asyncio.to_thread(shutil.rmtree, old_path, True)
+
+    async def _abandon(self, built: Any, source: Path, target: Path, *, purge: bool) -> None:
+        """A build or purge that failed (or was stopped) undone: the journal closed, the
+        child stopped, the copies deleted unless already swapped in."""
+        with self._lock:
+            self._journal = None
+        if self._child is not None and self._child.returncode is None:
+            self._child.kill()
+            await self._child.wait()
+        if self.path != target:
+            if built is not None:
+                await asyncio.to_thread(built.close)
+            await asyncio.to_thread(shutil.rmtree, target, True)
+        if purge:
+            await asyncio.to_thread(shutil.rmtree, source, True)
 
     def _remove_others(self) -> None:
         for other in (self.root / self.collection, *self.root.glob(f"{self.collection}.gen*")):
