@@ -478,19 +478,9 @@ class Promoter:
         plan = await asyncio.to_thread(
             plan_batch, chunks, vectors, done, same_text, self.config.dedupe_threshold
         )
-
-        def build() -> list[VectorPoint]:
-            points = [self._point(claim, m, turns.get(m.chunk.id)) for m in plan.fresh]
-            if before is not None:
-                points.append(self._before_point(before))
-            if self.warm_scoring and len(plan.fresh) <= WARM_SCORING_TURNS:
-                for m in plan.fresh:  # a conversation's pass, not an import's slice
-                    text_facts(m.chunk.content, m.chunk.role)
-            return points
-
         # Term vectors of long texts take tens of milliseconds each: off the event loop,
         # which the api shares with an in-process worker.
-        points = await asyncio.to_thread(build)
+        points = await asyncio.to_thread(self._points, claim, plan.fresh, turns, before)
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
@@ -506,19 +496,7 @@ class Promoter:
                     await enqueue_extraction(
                         tx, claim, from_seq, to_seq, max_attempts=self.config.job_max_attempts
                     )
-                facts: list[uuid.UUID] = []
-                if said and self.graph is not None:
-                    facts = (
-                        await self.graph.write(
-                            tx,
-                            claim.tenant_id,
-                            claim.user_id,
-                            claim.session_id,
-                            claim.incarnation,
-                            said,
-                            self.clock(),
-                        )
-                    ).facts
+                facts = await self._write_graph(tx, claim, said)
         except (_Stale, _LeaseLost):
             # Perhaps the session was deleted meanwhile: then its fresh points must go too.
             await self._forget_points_of_gone_session(claim, fresh)
@@ -543,6 +521,40 @@ class Promoter:
         if again:
             await self._rebuild(claim.tenant_id, again)
         return True
+
+    def _points(
+        self,
+        claim: Claim,
+        fresh: list[NewMemory],
+        turns: dict[uuid.UUID, list[float]],
+        before: _Before | None,
+    ) -> list[VectorPoint]:
+        """The batch's points: its new memories', and the turn before's when it changed."""
+        points = [self._point(claim, m, turns.get(m.chunk.id)) for m in fresh]
+        if before is not None:
+            points.append(self._before_point(before))
+        if self.warm_scoring and len(fresh) <= WARM_SCORING_TURNS:
+            for m in fresh:  # a conversation's pass, not an import's slice
+                text_facts(m.chunk.content, m.chunk.role)
+        return points
+
+    async def _write_graph(
+        self, tx: AsyncSession, claim: Claim, said: list[Said] | None
+    ) -> list[uuid.UUID]:
+        """The batch's statements into the graph, in the batch's transaction: the ids of
+        the facts it wrote (none without a graph)."""
+        if not said or self.graph is None:
+            return []
+        written = await self.graph.write(
+            tx,
+            claim.tenant_id,
+            claim.user_id,
+            claim.session_id,
+            claim.incarnation,
+            said,
+            self.clock(),
+        )
+        return written.facts
 
     def _before_point(self, before: _Before) -> VectorPoint:
         plan = before.plan
