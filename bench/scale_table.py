@@ -236,6 +236,7 @@ def import_peak(args: argparse.Namespace) -> dict[str, Any]:
                 "end_rss_mib": scale.rss_mib(pid),
                 "accepted_seconds": accepted,
                 "indexed_seconds": indexed,
+                "rss_every_second": samples[::5],  # where the peak falls (a graph's swap?)
             }
         finally:
             done.set()
