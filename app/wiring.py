@@ -47,7 +47,9 @@ from app.services.metrics import MetricsService
 from app.services.profile import ProfileService
 from app.services.promotion import Promoter, PromotionConfig
 from app.services.recall import RecallConfig, RecallService
+from app.services.recall_caches import MaxAccessCounts, QueryVectors
 from app.services.reindex import Reindexer
+from app.services.reinforcing import Reinforcer
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
 from app.services.search import MinRelevance, NewerFactsFirst, ScoreConfig
@@ -147,6 +149,7 @@ def build_container(resources: Resources) -> Container:
         enqueue_summary=summaries.enqueue,
     )
     rewrite = RewriteService(ingest, r.llm, freeze_after_load=r.settings.gc_freeze)
+    max_access = MaxAccessCounts(r.db)
     recall = RecallService(
         r.db,
         r.vectors,
@@ -156,6 +159,9 @@ def build_container(resources: Resources) -> Container:
         # docs/seams.md: newer statements of a change first, then the relevance floor.
         stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
         clock=r.clock,
+        query_vectors=QueryVectors(r.embedder),
+        max_access=max_access,
+        reinforcer=Reinforcer(r.db, r.vectors, clock=r.clock, on_written=max_access.raise_to),
     )
     jobs = JobService(r.db, max_attempts=r.settings.job_max_attempts)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
