@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ from app.services.maintenance import MaintenanceService, PromotePass
 from app.services.memories import MemoryService
 from app.services.metrics import MetricsService
 from app.services.profile import ProfileService
-from app.services.promotion import Promoter, PromotionConfig
+from app.services.promotion import Promoter, PromoterParts, PromotionConfig
 from app.services.recall import RecallConfig, RecallService
 from app.services.recall_caches import MaxAccessCounts, QueryVectors
 from app.services.reindex import Reindexer
@@ -266,19 +267,15 @@ def build_promoter(resources: Resources, owner: str, stop: asyncio.Event | None 
     """A promoter on `resources` (`Container.promoter`; a test or a bench runs several, one
     per simulated worker)."""
     r = resources
-    return Promoter(
-        r.db,
-        r.vectors,
-        r.embedder,
+    config = dataclasses.replace(
         promotion_config(r.settings),
-        owner=owner,
-        stop=stop,
-        signals=r.signals,
         extract_facts=_extracts_facts(r),
-        graph=graph_extraction(r),
         warm_scoring=r.settings.run_worker_in_process,
-        clock=r.clock,
     )
+    parts = PromoterParts(
+        r.db, r.vectors, r.embedder, r.signals, graph=graph_extraction(r), clock=r.clock
+    )
+    return Promoter(parts, config, owner=owner, stop=stop)
 
 
 # The slice of the settings each service reads (app/settings.py): built here only.

@@ -101,36 +101,50 @@ class PromotionConfig:
     promote_retry_max_seconds: float
     dedupe_threshold: float
     job_max_attempts: int
+    # With an LLM: each committed batch with a user message queues its fact extraction
+    # (app/services/facts.py), in the batch's own transaction.
+    extract_facts: bool = False
+    # In the api's process (the embedded mode), recall scores in this same process: the
+    # promoted turns' text facts are worked out here, off the event loop, so the first
+    # recalls that meet them find them ready (~60 us a turn otherwise, on the request:
+    # bench/README.md, "A conversation's new turns, ready for its next recall").
+    warm_scoring: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PromoterParts:
+    """What a promoter works with: the stores, the encoder, and the optional collaborators."""
+
+    db: Database
+    vectors: VectorIndex
+    embedder: Embedder
+    signals: Signals | None = None
+    # Without an LLM: the promoted user turns' entities, relations and profile facts by
+    # patterns (app/services/graph_extraction.py), in the batch's own transaction.
+    graph: GraphExtraction | None = None
+    # "Now" for what the memories record (their writes start their forgetting clock,
+    # docs/forgetting.md); leases run on the real clock.
+    clock: Clock = utc_now
 
 
 class Promoter:
     def __init__(
         self,
-        db: Database,
-        vectors: VectorIndex,
-        embedder: Embedder,
+        parts: PromoterParts,
         config: PromotionConfig,
         *,
         owner: str,
         stop: asyncio.Event | None = None,
-        signals: Signals | None = None,
-        extract_facts: bool = False,
-        graph: GraphExtraction | None = None,
-        warm_scoring: bool = False,
-        clock: Clock = utc_now,
     ) -> None:
+        db, vectors, embedder = parts.db, parts.vectors, parts.embedder
         self.db = db
-        # In the api's process (the embedded mode), recall scores in this same process:
-        # the promoted turns' text facts are worked out here, off the event loop, so the
-        # first recalls that meet them find them ready (~60 us a turn otherwise, on the
-        # request: bench/README.md, "A conversation's new turns, ready for its next recall").
-        self.warm_scoring = warm_scoring
+        self.warm_scoring = config.warm_scoring
         self.vectors = vectors
         self.embedder = embedder
         self.config = config
         self.owner = owner
         self.stop = stop or asyncio.Event()
-        self.signals = signals
+        self.signals = parts.signals
         # The vectors of the lines embedded lately: a slice's context turns were the last
         # slice's new ones, and a long turn costs tenths of a second to embed again. It
         # also holds the next slices embedded ahead (`_look_ahead`), at most half of it.
@@ -139,15 +153,9 @@ class Promoter:
         # Whether the last pass left messages behind (a slice's bound, or more sessions than
         # one pass claims): the worker then goes on at once, never pausing to gather.
         self.left_backlog = False
-        # With an LLM: each committed batch with a user message queues its fact
-        # extraction (app/services/facts.py), in the batch's own transaction.
-        self.extract_facts = extract_facts
-        # Without an LLM: the promoted user turns' entities, relations and profile facts by
-        # patterns (app/services/graph_extraction.py), in the batch's own transaction.
-        self.graph = graph
-        # "Now" for what the memories record (their writes start their forgetting clock,
-        # docs/forgetting.md); leases run on the real clock.
-        self.clock = clock
+        self.extract_facts = config.extract_facts
+        self.graph = parts.graph
+        self.clock = parts.clock
 
     def _lease_until(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.config.worker_lease_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 
 from app.providers.embeddings import OpenAIEmbedder
 from app.schemas.ingest import IngestRequest
-from app.services.promotion import Promoter
+from app.services.promotion import Promoter, PromoterParts
 from app.stores import sessions as session_store
 from app.stores.models import Memory, MemoryEvent, Session
 from app.wiring import build_promoter, promotion_config
@@ -193,7 +194,9 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
         update={"promote_retry_base_seconds": 0.5, "promote_retry_max_seconds": 60}
     )
     r = idle_app.resources
-    promoter = Promoter(r.db, r.vectors, embedder, promotion_config(settings), owner="w")
+    promoter = Promoter(
+        PromoterParts(r.db, r.vectors, embedder), promotion_config(settings), owner="w"
+    )
 
     async def session(session_id: str) -> Session:
         async with idle_app.resources.db.read() as tx:
@@ -262,7 +265,9 @@ async def test_a_pass_embeds_its_sessions_in_one_call(idle_app: Running) -> None
         retries=0,
     )
     r = idle_app.resources
-    promoter = Promoter(r.db, r.vectors, embedder, promotion_config(r.settings), owner="w")
+    promoter = Promoter(
+        PromoterParts(r.db, r.vectors, embedder), promotion_config(r.settings), owner="w"
+    )
     for n in range(3):
         await post_messages(
             idle_app,
@@ -335,7 +340,9 @@ async def test_a_cancelled_pass_gives_its_leases_back(idle_app: Running) -> None
         retries=0,
     )
     r = idle_app.resources
-    promoter = Promoter(r.db, r.vectors, embedder, promotion_config(r.settings), owner="stopping")
+    promoter = Promoter(
+        PromoterParts(r.db, r.vectors, embedder), promotion_config(r.settings), owner="stopping"
+    )
     for n in range(2):
         await post_messages(idle_app, f"s-cancel-{n}", f"u-cancel-{n}", [turn("hello")], wait=False)
     task = asyncio.create_task(promoter.run_once())
@@ -548,7 +555,9 @@ async def test_a_pass_embeds_the_next_slice_of_a_backlog_while_it_writes(
     calls: list[list[str]] = []
     embedder = _counting_embedder(calls)
     r = idle_app.resources
-    promoter = Promoter(r.db, r.vectors, embedder, promotion_config(r.settings), owner="w")
+    promoter = Promoter(
+        PromoterParts(r.db, r.vectors, embedder), promotion_config(r.settings), owner="w"
+    )
     await post_messages(
         idle_app, session, user, [turn(f"ahead fact {i}") for i in range(1, 21)], wait=False
     )
@@ -576,7 +585,9 @@ async def test_a_refused_look_ahead_costs_the_pass_nothing(idle_app: Running) ->
         calls, refuse=lambda texts: refusing[0] and "user: refused 9" in texts
     )
     r = idle_app.resources
-    promoter = Promoter(r.db, r.vectors, embedder, promotion_config(r.settings), owner="w")
+    promoter = Promoter(
+        PromoterParts(r.db, r.vectors, embedder), promotion_config(r.settings), owner="w"
+    )
     await post_messages(
         idle_app, session, user, [turn(f"refused {i}") for i in range(1, 11)], wait=False
     )
@@ -616,7 +627,7 @@ async def test_a_stopping_worker_does_not_wait_for_its_look_ahead(idle_app: Runn
     r = idle_app.resources
     stop = asyncio.Event()
     promoter = Promoter(
-        r.db, r.vectors, embedder, promotion_config(r.settings), owner="w", stop=stop
+        PromoterParts(r.db, r.vectors, embedder), promotion_config(r.settings), owner="w", stop=stop
     )
     await post_messages(
         idle_app, session, user, [turn(f"stuck {i}") for i in range(1, 11)], wait=False
@@ -642,7 +653,9 @@ async def test_a_model_in_this_process_is_not_asked_ahead(idle_app: Running) -> 
     embedder = _counting_embedder(calls)
     embedder.local = True
     r = idle_app.resources
-    promoter = Promoter(r.db, r.vectors, embedder, promotion_config(r.settings), owner="w")
+    promoter = Promoter(
+        PromoterParts(r.db, r.vectors, embedder), promotion_config(r.settings), owner="w"
+    )
     await post_messages(
         idle_app, session, user, [turn(f"local {i}") for i in range(1, 11)], wait=False
     )
@@ -708,9 +721,8 @@ async def test_a_pass_in_the_apis_process_has_its_turns_ready_for_scoring(
     user, session = f"u-warm-{warm}", f"s-warm-{warm}"
     r = idle_app.resources
     settings = r.settings.model_copy(update={"worker_batch_messages": 256})
-    promoter = Promoter(
-        r.db, r.vectors, r.embedder, promotion_config(settings), owner="w", warm_scoring=warm
-    )
+    config = dataclasses.replace(promotion_config(settings), warm_scoring=warm)
+    promoter = Promoter(PromoterParts(r.db, r.vectors, r.embedder), config, owner="w")
     texts = [f"warm {warm} turn {i} about a ferry to Lisbon" for i in range(5)]
     await post_messages(idle_app, session, user, [turn(t) for t in texts], wait=False)
     text_facts.clear()
