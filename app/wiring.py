@@ -150,20 +150,7 @@ def build_container(resources: Resources) -> Container:
         enqueue_summary=summaries.enqueue,
     )
     rewrite = RewriteService(ingest, r.llm, freeze_after_load=r.settings.gc_freeze)
-    max_access = MaxAccessCounts(r.db)
-    recall = RecallService(
-        r.db,
-        r.vectors,
-        r.embedder,
-        recall_config(r.settings),
-        rewriter=rewrite.for_search,
-        # docs/seams.md: newer statements of a change first, then the relevance floor.
-        stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
-        clock=r.clock,
-        query_vectors=QueryVectors(r.embedder),
-        max_access=max_access,
-        reinforcer=Reinforcer(r.db, r.vectors, clock=r.clock, on_written=max_access.raise_to),
-    )
+    recall = _recall(r, rewrite)
     jobs = JobService(r.db, max_attempts=r.settings.job_max_attempts)
     scratchpad = ScratchpadService(ingest, r.buffer, max_bytes=r.settings.scratchpad_max_bytes)
     profile = ProfileService(r.db)
@@ -226,6 +213,24 @@ def build_container(resources: Resources) -> Container:
         fact_extractor=FactExtractor(r.db, r.vectors, r.embedder, r.llm, fact_config(r.settings))
         if r.llm is not None and _extracts_facts(r)
         else None,
+    )
+
+
+def _recall(r: Resources, rewrite: RewriteService) -> RecallService:
+    """Recall with its caches and its write-behind reinforcement."""
+    max_access = MaxAccessCounts(r.db)
+    return RecallService(
+        r.db,
+        r.vectors,
+        r.embedder,
+        recall_config(r.settings),
+        rewriter=rewrite.for_search,
+        # docs/seams.md: newer statements of a change first, then the relevance floor.
+        stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
+        clock=r.clock,
+        query_vectors=QueryVectors(r.embedder),
+        max_access=max_access,
+        reinforcer=Reinforcer(r.db, r.vectors, clock=r.clock, on_written=max_access.raise_to),
     )
 
 
