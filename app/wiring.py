@@ -103,7 +103,6 @@ class Container:
         `promote` is the worker's promotion pass (the `promote` maintenance task)."""
         s = self.services
         return build_registry(
-            self.resources.db,
             self.resources.settings,
             jobs=s.jobs,
             summary_service=s.summaries,

@@ -18,14 +18,12 @@ from app.services.reindex import Reindexer
 from app.services.summaries import SummaryService
 from app.services.users import ERASE_USER, ErasureService
 from app.settings import Settings
-from app.stores.db import Database
 
 
 def build_registry(
-    db: Database,
     settings: Settings,
     *,
-    jobs: JobService | None = None,
+    jobs: JobService,
     summary_service: SummaryService | None = None,
     reindexer: Reindexer | None = None,
     erasure_service: ErasureService | None = None,
@@ -36,11 +34,9 @@ def build_registry(
 ) -> Registry:
     """Every kind whose collaborators are given: a runner built without the summary
     service, the reindexer or the erasure service (a test, a tool, a process without the
-    vector index) leaves those jobs to one built with them. `jobs` defaults to a job
-    service on `db` (a test's, a tool's; a process's comes from its container)."""
-    jobs = jobs or JobService(db, max_attempts=settings.job_max_attempts)
-    # Erasure receipts stay: the proof that a user was erased (docs/privacy.md).
+    vector index) leaves those jobs to one built with them."""
     keep = timedelta(days=settings.job_keep_succeeded_days)
+    # Erasure receipts stay: the proof that a user was erased (docs/privacy.md).
     kinds: list[JobKind[Any]] = [jobs.purge_job(keep=keep, keep_kinds=(ERASE_USER,))]
     if summary_service is not None:
         kinds += summary_service.jobs()

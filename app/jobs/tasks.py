@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-from app.jobs.catalog import build_registry
 from app.jobs.registry import Registry
 from app.jobs.runner import JobRunner
 from app.jobs.scheduler import Scheduler
@@ -19,11 +18,11 @@ def start(
     settings: Settings,
     owner: str,
     stop: asyncio.Event,
-    registry: Registry | None = None,
+    registry: Registry,
     metrics: Metrics | None = None,
 ) -> list[asyncio.Task[None]]:
-    """Jobs of `registry` (default: every kind the service has) and its schedules."""
-    registry = registry or build_registry(db, settings)
+    """Jobs of `registry` (`Container.registry`: every kind the service has) and its
+    schedules."""
     runner = JobRunner(
         db,
         owner,

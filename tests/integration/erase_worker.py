@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from app.jobs import tasks as job_tasks
 from app.jobs.catalog import build_registry
 from app.jobs.registry import JobContext
+from app.services.jobs import JobService
 from app.services.users import ERASE_USER, ErasureService
 from app.settings import Settings
 from app.stores.buffer import Buffer
@@ -78,7 +79,9 @@ async def main() -> None:
         return await eraser.run(ctx.tenant_id, str(payload["user_id"]), ctx.job_id)
 
     try:
-        registry = build_registry(db, settings)
+        registry = build_registry(
+            settings, jobs=JobService(db, max_attempts=settings.job_max_attempts)
+        )
         registry.add(ERASE_USER, erase_user)
         owner = f"erase-kill-test:{os.getpid()}"
         tasks = job_tasks.start(db, settings, owner, stop, registry)

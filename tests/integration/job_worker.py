@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from app.jobs import tasks as job_tasks
 from app.jobs.catalog import build_registry
 from app.jobs.registry import Handler, JobContext
+from app.services.jobs import JobService
 from app.settings import Settings
 from app.stores.db import Database, create_engine
 
@@ -62,7 +63,9 @@ async def main() -> None:
         loop.add_signal_handler(sig, stop.set)
     db = Database(create_engine(settings.database_dsn))
     try:
-        registry = build_registry(db, settings)
+        registry = build_registry(
+            settings, jobs=JobService(db, max_attempts=settings.job_max_attempts)
+        )
         registry.add(SLOW_EFFECT, slow_effect(db))
         owner = f"kill-test:{os.getpid()}"
         tasks = job_tasks.start(db, settings, owner, stop, registry)

@@ -64,7 +64,6 @@ async def _every_kind(running: Running) -> Registry:
     llm = OpenAICompatibleLLM(client, model="never-called")
     s = container.services
     registry = build_registry(
-        r.db,
         r.settings,
         jobs=s.jobs,
         summary_service=s.summaries,

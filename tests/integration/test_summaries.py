@@ -410,7 +410,11 @@ async def test_the_sweep_waits_for_a_day_to_close(
     await svc.sweep(tomorrow + timedelta(minutes=5))
     assert key in await job_keys()
 
-    registry = build_registry(running.resources.db, running.resources.settings, summary_service=svc)
+    registry = build_registry(
+        running.resources.settings,
+        jobs=running.state["container"].services.jobs,
+        summary_service=svc,
+    )
     sweep = next(s for s in registry.schedules if s.name == "summaries_sweep")
     assert sweep.every == timedelta(hours=1)
     assert {"summarize", "summaries_sweep"} <= registry.kinds
