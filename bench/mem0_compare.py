@@ -3,14 +3,20 @@ conversations and the same embedder: add latency, search p50/p95, turn-level R@1
 
 - Mem0 runs in its own benchmark venv (never a project dependency; `make bench-mem0` builds
   it), in-process as its users call it, with `infer=False` (each turn stored as it is: no
-  LLM, as Strata without one), FAISS (its fastest vector store that installs here), and the
-  embedder served by bench/embed_server.py: Strata's own model behind an OpenAI-compatible
-  `/v1/embeddings`.
+  LLM, as Strata without one), FAISS (its fastest vector store that installs here), and
+  Strata's own model as its embedder: `--mem0-embedder inprocess` (default) loads it inside
+  Mem0's process; `http` calls it through bench/embed_server.py's OpenAI-compatible
+  `/v1/embeddings`, one round trip per add and per search. bench/mem0_side.py says exactly
+  how Mem0 is called.
 - Strata runs as its embedded server (SQLite, Qdrant Edge, in-process worker) on a fresh data
-  dir and is driven over HTTP by one sequential client, like Mem0's single caller.
+  dir and is driven over HTTP by one sequential client, like Mem0's single caller. Each
+  search phase gets a freshly started server on the same data, so no phase finds the
+  questions' embeddings cached by an earlier one.
 - The two sides run one after the other, never at once, so neither takes the other's cores.
+  Within a side, the phases alternate: for each round, each `--top-k`, each embedder.
 
 Usage: python bench/mem0_compare.py --data /path/to/locomo10.json [--conversations 3]
+       [--top-k 50 10] [--mem0-embedder inprocess http] [--rounds 2] [--py-spy OUT.svg]
 The data file is the user's own copy of LoCoMo (Maharana et al., ACL 2024; CC BY-NC 4.0).
 """
 
@@ -103,7 +109,14 @@ def clean_env() -> dict[str, str]:
 # --------------------------------------------------------------------------- Mem0
 
 
-def run_mem0(conversations: list[Conversation], mem0_python: Path, work: Path, top_k: int) -> JSON:
+def run_mem0(
+    conversations: list[Conversation],
+    mem0_python: Path,
+    work: Path,
+    top_ks: Sequence[int],
+    embedders: Sequence[str],
+    rounds: int,
+) -> list[JSON]:
     port = free_port()
     turns: list[JSON] = [
         {
@@ -119,9 +132,11 @@ def run_mem0(conversations: list[Conversation], mem0_python: Path, work: Path, t
     ]
     job = {
         "embed_url": f"http://127.0.0.1:{port}/v1",
+        "embedders": list(embedders),
         "dims": 512,
         "workdir": str(work / "mem0"),
-        "top_k": top_k,
+        "top_ks": list(top_ks),
+        "rounds": rounds,
         "turns": turns,
         "questions": [
             {"user_id": c.user_id, "question": q.question}
@@ -148,27 +163,42 @@ def run_mem0(conversations: list[Conversation], mem0_python: Path, work: Path, t
         raise RuntimeError(f"mem0 side failed:\n{done.stderr[-3000:]}")
     out: JSON = json.loads(out_path.read_text())
     questions = [q for c in conversations for q in c.questions]
-    recalls = [
-        evidence_recall([[d] for d in ranked], q.evidence)
-        for ranked, q in zip(out["ranked"], questions, strict=True)
-    ]
-    return {
-        "system": f"Mem0 {out['version']} (faiss-cpu {out['faiss']}), in-process, infer=False",
-        "memories": len(turns),
-        "add_ms": summarize(out["add_ms"]),
-        "add_total_seconds": sum(out["add_ms"]) / 1000,
-        "searchable_after_seconds": sum(out["add_ms"]) / 1000,  # add returns once stored
-        "search_ms": summarize(out["search_ms"]),
-        "search_embedding_ms": summarize(out["embed_ms"]),
-        "R@10": sum(recalls) / len(recalls) if recalls else None,
-        "wall_seconds": seconds,
-    }
+    rows: list[JSON] = []
+    for embedder in embedders:
+        for top_k in top_ks:
+            phases = [
+                p for p in out["searches"] if p["embedder"] == embedder and p["top_k"] == top_k
+            ]
+            recalls = [
+                evidence_recall([[d] for d in ranked], q.evidence)
+                for ranked, q in zip(phases[0]["ranked"], questions, strict=True)
+            ]
+            rows.append(
+                {
+                    "system": f"Mem0 {out['version']} (faiss-cpu {out['faiss']}), in-process, "
+                    f"infer=False, embedder {embedder}",
+                    "embedder": embedder,
+                    "top_k": top_k,
+                    "memories": len(turns),
+                    "add_embedder": out["add_embedder"],
+                    "checked_identical": out["checked"],
+                    "add_ms": summarize(out["add_ms"]),
+                    "add_total_seconds": sum(out["add_ms"]) / 1000,
+                    "searchable_after_seconds": sum(out["add_ms"]) / 1000,  # stored on return
+                    "search_ms": summarize([x for p in phases for x in p["search_ms"]]),
+                    "search_ms_by_round": [summarize(p["search_ms"]) for p in phases],
+                    "search_embedding_ms": summarize(out["embed_ms"][embedder]),
+                    "R@10": sum(recalls) / len(recalls) if recalls else None,
+                    "wall_seconds": seconds,
+                }
+            )
+    return rows
 
 
 # --------------------------------------------------------------------------- Strata
 
 
-async def drive_strata(url: str, conversations: list[Conversation], top_k: int) -> JSON:
+async def ingest_strata(url: str, conversations: list[Conversation]) -> JSON:
     async with Api(url, None, 120) as api:
         if not await wait_ready(api, 120):
             raise RuntimeError(f"Strata at {url} is not ready")
@@ -187,7 +217,19 @@ async def drive_strata(url: str, conversations: list[Conversation], top_k: int) 
         searchable = time.monotonic() - start
         if not caught_up:
             raise RuntimeError("Strata did not index everything within 900 s")
+    return {
+        "memories": len(add_ms),
+        "add_ms": summarize(add_ms),
+        "add_total_seconds": added,
+        "searchable_after_seconds": searchable,
+    }
 
+
+async def search_strata(url: str, conversations: list[Conversation], top_k: int) -> JSON:
+    """One search phase: every question once, on a server that has embedded none of them."""
+    async with Api(url, None, 120) as api:
+        if not await wait_ready(api, 120):
+            raise RuntimeError(f"Strata at {url} is not ready")
         search_ms: list[float] = []
         lean_ms: list[float] = []
         took_ms: list[float] = []
@@ -224,14 +266,9 @@ async def drive_strata(url: str, conversations: list[Conversation], top_k: int) 
                 recalls.append(evidence_recall(ranked, q.evidence))
         lean.close()
     return {
-        "system": "Strata, embedded server over HTTP (one sequential client)",
-        "memories": len(add_ms),
-        "add_ms": summarize(add_ms),
-        "add_total_seconds": added,
-        "searchable_after_seconds": searchable,
-        "search_ms": summarize(search_ms),
-        "search_server_took_ms": summarize(took_ms),
-        "search_lean_client_ms": summarize(lean_ms),
+        "search_ms": search_ms,
+        "took_ms": took_ms,
+        "lean_ms": lean_ms,
         "R@10": sum(recalls) / len(recalls) if recalls else None,
     }
 
@@ -262,7 +299,8 @@ class LeanClient:
         self.writer.close()
 
 
-def run_strata(conversations: list[Conversation], work: Path, top_k: int) -> JSON:
+@contextlib.contextmanager
+def strata_server(work: Path) -> Iterator[tuple[str, int]]:
     port = free_port()
     env = {**clean_env(), "STRATA_DATA_DIR": str(work / "strata"), "STRATA_LOG_LEVEL": "WARNING"}
     server = [
@@ -270,8 +308,58 @@ def run_strata(conversations: list[Conversation], work: Path, top_k: int) -> JSO
         "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    with process(server, work / "strata-server.log", env, f"{url}/readyz"):
-        return asyncio.run(drive_strata(url, conversations, top_k))
+    with process(server, work / "strata-server.log", env, f"{url}/readyz") as pid:
+        yield url, pid
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy sampling the server while the block runs (its flame graph to `out`)."""
+    if out is None:
+        yield
+        return
+    spy = subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--rate", "250", "--nonblocking",
+         "--format", "raw" if out.suffix == ".txt" else "flamegraph", "-o", str(out)],
+    )  # fmt: skip
+    time.sleep(1.0)  # attached before the first request
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+
+
+def run_strata(
+    conversations: list[Conversation],
+    work: Path,
+    top_ks: Sequence[int],
+    rounds: int,
+    profile: Path | None,
+) -> list[JSON]:
+    with strata_server(work) as (url, _):
+        added = asyncio.run(ingest_strata(url, conversations))
+    phases: dict[int, list[JSON]] = {k: [] for k in top_ks}
+    for n in range(rounds):
+        for top_k in top_ks:
+            with strata_server(work) as (url, pid):
+                spied = profile if n == 0 and top_k == top_ks[0] else None
+                with py_spy(pid, spied):
+                    phases[top_k].append(asyncio.run(search_strata(url, conversations, top_k)))
+    return [
+        {
+            "system": "Strata, embedded server over HTTP (one sequential client)",
+            "top_k": top_k,
+            **added,
+            "search_ms": summarize([x for p in phases[top_k] for x in p["search_ms"]]),
+            "search_server_took_ms": summarize([x for p in phases[top_k] for x in p["took_ms"]]),
+            "search_lean_client_ms": summarize([x for p in phases[top_k] for x in p["lean_ms"]]),
+            "search_ms_by_round": [summarize(p["search_ms"]) for p in phases[top_k]],
+            "search_lean_client_ms_by_round": [summarize(p["lean_ms"]) for p in phases[top_k]],
+            "R@10": phases[top_k][0]["R@10"],
+        }
+        for top_k in top_ks
+    ]
 
 
 # --------------------------------------------------------------------------- report
@@ -279,34 +367,34 @@ def run_strata(conversations: list[Conversation], work: Path, top_k: int) -> JSO
 
 def print_table(rows: Sequence[JSON]) -> None:
     print(
-        f"{'system':58s} {'memories':>8s}  {'add p50':>7s} {'add p95':>7s}  "
+        f"{'system':78s} {'top_k':>5s} {'memories':>8s}  {'add p50':>7s} {'add p95':>7s}  "
         f"{'searchable':>10s}  {'search p50':>10s} {'p95':>6s}  {'R@10':>5s}"
     )
     for r in rows:
         print(
-            f"{r['system']:58s} {r['memories']:8d}  {fmt(r['add_ms']['p50']):>7s} "
+            f"{r['system']:78s} {r['top_k']:5d} {r['memories']:8d}  {fmt(r['add_ms']['p50']):>7s} "
             f"{fmt(r['add_ms']['p95']):>7s}  {r['searchable_after_seconds']:9.1f}s  "
             f"{fmt(r['search_ms']['p50']):>10s} {fmt(r['search_ms']['p95']):>6s}  "
             f"{fmt(r['R@10'], 3):>5s}"
         )
     print("(milliseconds; searchable: seconds from the first add until every turn is searchable)")
     for r in rows:
+        label = f"top_k {r['top_k']}:"
         if "search_embedding_ms" in r:
             e = r["search_embedding_ms"]
             print(
-                f"  Mem0's query embedding alone (HTTP to the local endpoint): "
-                f"p50 {fmt(e['p50'])} ms"
+                f"  {label} Mem0's query embedding alone ({r['embedder']}): p50 {fmt(e['p50'])} ms"
             )
         if "search_server_took_ms" in r:
             t = r["search_server_took_ms"]
             print(
-                f"  Strata's took_ms (server side, no HTTP; httpx's half): "
+                f"  {label} Strata's took_ms (server side, no HTTP; httpx's half): "
                 f"p50 {fmt(t['p50'])}, p95 {fmt(t['p95'])}"
             )
         if "search_lean_client_ms" in r:
             t = r["search_lean_client_ms"]
             print(
-                f"  Strata's search over raw HTTP/1.1 (no httpx; the other half): "
+                f"  {label} Strata's search over raw HTTP/1.1 (no httpx; the other half): "
                 f"p50 {fmt(t['p50'])}, p95 {fmt(t['p95'])}"
             )
 
@@ -320,8 +408,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--top-k",
         type=int,
-        default=50,
-        help="results each search asks for (R@10 reads the first 10)",
+        nargs="+",
+        default=[50],
+        help="results each search asks for, one phase each (R@10 reads the first 10)",
+    )
+    parser.add_argument(
+        "--mem0-embedder",
+        nargs="+",
+        choices=["inprocess", "http"],
+        default=["inprocess"],
+        help="how Mem0 calls the model: in its own process, or over HTTP to embed_server.py; "
+        "Mem0's adds use the first",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="search phases of each kind")
+    parser.add_argument(
+        "--py-spy", type=Path, help="profile Strata's first search phase with py-spy to here"
     )
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
@@ -339,8 +440,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.mem0_python.exists():
                 print(f"no Mem0 venv at {args.mem0_python}: run `make bench-mem0`", file=sys.stderr)
                 return 2
-            rows.append(run_mem0(conversations, args.mem0_python, work, args.top_k))
-        rows.append(run_strata(conversations, work, args.top_k))
+            rows += run_mem0(
+                conversations,
+                args.mem0_python,
+                work,
+                args.top_k,
+                args.mem0_embedder,
+                args.rounds,
+            )
+        rows += run_strata(conversations, work, args.top_k, args.rounds, args.py_spy)
     print_table(rows)
     if args.out:
         write_json(
@@ -349,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "machine": facts,
                 "conversations": args.conversations,
                 "top_k": args.top_k,
+                "mem0_embedder": args.mem0_embedder,
+                "rounds": args.rounds,
                 "rows": rows,
             },
         )
