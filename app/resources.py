@@ -130,8 +130,6 @@ def _vectors(settings: Settings, embedder: Embedder) -> VectorIndex:
             root,
             name,
             embedder.dim,
-            build_min_points=settings.index_build_min_points,
-            build_fraction=settings.index_build_fraction,
             vector_cache_bytes=settings.index_vector_cache_mb * 2**20,
             superseded=superseded_collections(
                 # `<name>`, `<name>.gen<ms>` (a built graph), `<name>.current`

@@ -38,6 +38,7 @@ from app.services.forgetting import ForgettingConfig, ForgettingService
 from app.services.graph import GraphService
 from app.services.graph_extraction import GraphBackfill, GraphExtraction
 from app.services.health import HealthService
+from app.services.index_upkeep import GraphUpkeep
 from app.services.indexing import IndexConfig
 from app.services.ingest import IngestConfig, IngestService
 from app.services.jobs import JobService
@@ -136,6 +137,7 @@ async def open_container(
 
 def build_container(resources: Resources) -> Container:
     r = resources
+    graph_upkeep(r.settings).keep(r.vectors)  # when the embedded index builds its graph
     reindexer = Reindexer(r.db, r.vectors, r.embedder, index_config(r.settings))
     summaries = SummaryService(
         r.db, r.vectors, r.embedder, r.tokens, r.llm, summary_config(r.settings)
@@ -296,6 +298,10 @@ def key_config(s: Settings) -> KeyConfig:
         rate_limit_burst=s.rate_limit_burst,
         is_sqlite=s.is_sqlite,
     )
+
+
+def graph_upkeep(s: Settings) -> GraphUpkeep:
+    return GraphUpkeep(min_points=s.index_build_min_points, fraction=s.index_build_fraction)
 
 
 def index_config(s: Settings) -> IndexConfig:

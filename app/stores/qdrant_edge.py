@@ -11,8 +11,9 @@ whole build (~4 minutes at 100k): every request of the process would wait. So th
 built off to the side: a copy of the flushed shard is optimized in a child process, the
 writes made meanwhile are journaled and replayed onto it, and it is swapped in under the
 lock. New points land in the shard's small appendable segment, searched brute force, until
-enough of them have gathered for the next build (`index_build_min_points`,
-`index_build_fraction`). Which directory is live is named by `<collection>.current`.
+enough of them have gathered for the next build: how many is decided by the graph's upkeep
+(`app/services/index_upkeep.py`, handed in with `keep_graph`). Which directory is live is
+named by `<collection>.current`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
     CandidateLists,
+    GraphDue,
     MemoryPayload,
     PayloadPatch,
     StoredVectors,
@@ -61,9 +63,12 @@ T = TypeVar("T")
 class QdrantEdgeIndex:
     """Qdrant Edge on disk. One process owns a storage path; calls go through one thread.
 
-    With `build_min_points` > 0 the HNSW graph is rebuilt in the background whenever the
-    points written since the last build reach `build_min_points` and `build_fraction` of
-    the index (module docstring); 0 leaves every search brute force.
+    It stores and searches; when its HNSW graph is rebuilt is not its decision. The graph's
+    upkeep (`app/services/index_upkeep.py`) hands in a predicate (`keep_graph`), asked
+    after each upsert and at open with the points and those written since the last build:
+    when it holds, the graph is built in the background (module docstring), and a purge
+    builds it in passing. Without one every search stays brute force. The build itself,
+    its task (stopped at `close`) and its journal are this class's, as they hold the shard.
 
     No stored vector leaves the shard on a recall: the query's cosines with each candidate's
     indexed and own-turn vectors are one more search, over the candidates' ids
@@ -78,6 +83,13 @@ class QdrantEdgeIndex:
     The sparse search's IDF over the user's points comes from counts kept here
     (`TermCounts`, counted from the shard at open, then changed with each write under the
     lock): Qdrant counting them per search took ~5.7 ms at 100k memories.
+
+    A recall stage's searches stay one call here (`candidates`): the dense and sparse lists
+    in one planned batch that shares a pass over the segments, the cosines and the turn
+    comparisons in the same locked call on the shard's thread, rather than a service's
+    sequence of calls, each with its hop and its payload reads (bench/native_floor.py
+    measures them). Which of them a stage runs is the service's, asked in its `VectorQuery`
+    (`with_cosines`, `compare_turns`).
     """
 
     def __init__(
@@ -86,8 +98,6 @@ class QdrantEdgeIndex:
         collection: str,
         dim: int,
         *,
-        build_min_points: int = 0,
-        build_fraction: float = 0.2,
         vector_cache_bytes: int = 0,
         superseded: Sequence[str] = (),
     ) -> None:
@@ -95,8 +105,7 @@ class QdrantEdgeIndex:
         self.superseded = list(superseded)  # older schemas' collections, removed at open
         self.collection = collection
         self.dim = dim
-        self.build_min_points = build_min_points
-        self.build_fraction = build_fraction
+        self._due: GraphDue = _never  # when to build the graph: the upkeep's (`keep_graph`)
         self._shard: Any = None
         self._lock = threading.Lock()
         self.path = self._live_path()
@@ -755,10 +764,14 @@ class QdrantEdgeIndex:
             "builds": self.builds,
         }
 
+    def keep_graph(self, due: GraphDue) -> None:
+        """Build the graph in the background whenever `due(points, unbuilt)` holds after an
+        upsert or at open, and during a purge (`_rebuild`); checked now too, when open."""
+        self._due = due
+        self._maybe_build()
+
     def _build_due(self) -> bool:
-        return self.build_min_points > 0 and self._unbuilt >= max(
-            self.build_min_points, self.build_fraction * self._points
-        )
+        return self._due(self._points, self._unbuilt)
 
     def _maybe_build(self) -> None:
         if self._shard is None or not self._build_due():
@@ -1077,6 +1090,11 @@ def _load_trimmed(path: Path) -> Any:
     shard = qe.EdgeShard.load(str(path))
     malloc.trim()
     return shard
+
+
+def _never(points: int, unbuilt: int) -> bool:
+    """No graph without an upkeep: every search brute force."""
+    return False
 
 
 def _as_uuid(value: Any) -> uuid.UUID:

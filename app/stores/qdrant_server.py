@@ -15,6 +15,7 @@ from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
     CandidateLists,
+    GraphDue,
     MemoryPayload,
     PayloadPatch,
     StoredVectors,
@@ -194,6 +195,10 @@ class QdrantServerIndex:
             selector = qm.FilterSelector(filter=flt)
             await self._call(self.client.delete(self.collection, selector, wait=True))
         return int(found.count)
+
+    def keep_graph(self, due: GraphDue) -> None:
+        """The server builds its collection's graph on its own (its optimizer): nothing to
+        decide here."""
 
     async def purge(self) -> bool:
         """The server's files are its own: a deleted point's payload stays in its segments

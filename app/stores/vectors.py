@@ -295,6 +295,11 @@ class CandidateLists:
     sparse: list[VectorHit]  # best first; empty for a query without index terms
 
 
+# Whether to build an index's graph now, from its points and those written since the last
+# build: the graph's upkeep decides (app/services/index_upkeep.py), the index builds.
+GraphDue = Callable[[int, int], bool]
+
+
 class VectorIndex(Protocol):
     collection: str
 
@@ -321,6 +326,11 @@ class VectorIndex(Protocol):
     async def purge(self) -> bool:
         """Leave no byte of the points deleted so far in the index's files (an erasure's
         last step); False when this index cannot (its files are another process's)."""
+        ...
+
+    def keep_graph(self, due: GraphDue) -> None:
+        """Build the index's graph whenever `due(points, unbuilt)` holds; an index that
+        builds its own (a Qdrant server) ignores it."""
         ...
 
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]: ...

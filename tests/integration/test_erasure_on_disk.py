@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from app.core import terms
+from app.services.index_upkeep import GraphUpkeep
 from app.settings import Settings
 from app.stores.qdrant_edge import QdrantEdgeIndex
 from app.stores.vectors import MemoryPayload, VectorPoint
@@ -166,7 +167,8 @@ async def test_a_purge_rewrites_the_shard_without_deleted_points_and_builds_a_du
     too), and the swapped-in shard has its graph."""
     rng = np.random.default_rng(7)
     tag = uuid.uuid4().hex[:10]
-    index = QdrantEdgeIndex(tmp_path, "c", 16, build_min_points=200, build_fraction=0.2)
+    index = QdrantEdgeIndex(tmp_path, "c", 16)
+    GraphUpkeep(min_points=200, fraction=0.2).keep(index)
     await index.ensure_collection()
     try:
         await index.upsert([_point(f"keep-{tag}", f"KEEP{tag} {i}", rng) for i in range(300)])

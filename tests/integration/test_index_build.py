@@ -16,15 +16,18 @@ import numpy as np
 import pytest
 
 from app.core import terms
+from app.services.index_upkeep import GraphUpkeep
 from app.stores.qdrant_edge import QdrantEdgeIndex
 from app.stores.vectors import MemoryPayload, VectorPoint, VectorQuery
+from app.wiring import open_container
+from tests.conftest import embedded_settings
 
 DIM = 16
 TENANT, USER = "t", "u"
 
 
-def point(i: int, rng: np.random.Generator) -> VectorPoint:
-    v = rng.standard_normal(DIM).astype(np.float32)
+def point(i: int, rng: np.random.Generator, dim: int = DIM) -> VectorPoint:
+    v = rng.standard_normal(dim).astype(np.float32)
     text = f"word{i % 7} note {i}"
     payload = MemoryPayload(
         tenant_id=TENANT,
@@ -71,7 +74,7 @@ async def test_queries_answer_during_and_after_a_build_and_writes_survive_the_sw
     tmp_path: Path,
 ) -> None:
     rng = np.random.default_rng(3)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
     points = [point(i, rng) for i in range(600)]
     await index.upsert(points)
@@ -115,7 +118,8 @@ async def test_queries_answer_during_and_after_a_build_and_writes_survive_the_sw
 
 async def test_a_build_starts_by_itself_once_enough_points_are_new(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=200, build_fraction=0.2)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    GraphUpkeep(min_points=200, fraction=0.2).keep(index)
     await index.ensure_collection()
     await index.upsert([point(i, rng) for i in range(150)])
     assert not index.status()["building"]
@@ -129,9 +133,23 @@ async def test_a_build_starts_by_itself_once_enough_points_are_new(tmp_path: Pat
     await index.close()
 
 
+async def test_the_container_builds_the_graph_when_the_settings_say(tmp_path: Path) -> None:
+    """The thresholds reach the embedded index through its upkeep (app/wiring.py)."""
+    rng = np.random.default_rng(11)
+    settings = embedded_settings(tmp_path, index_build_min_points=100, index_build_fraction=0.0)
+    async with open_container(settings) as c:
+        index = c.resources.vectors
+        assert isinstance(index, QdrantEdgeIndex)
+        await index.upsert([point(i, rng, index.dim) for i in range(99)])
+        assert not index.status()["building"]
+        await index.upsert([point(99, rng, index.dim)])
+        assert index.status()["building"]
+
+
 async def test_closing_during_a_build_leaves_the_live_directory_alone(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=100, build_fraction=0.0)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    GraphUpkeep(min_points=100, fraction=0.0).keep(index)
     await index.ensure_collection()
     await index.upsert([point(i, rng) for i in range(300)])
     await asyncio.sleep(0.05)
@@ -148,7 +166,7 @@ async def test_a_user_erased_during_a_build_stays_erased_after_the_swap(tmp_path
     """The copy being built was taken before the erasure: the erasure must reach it too, or
     the swap brings the erased user's memories back into recall."""
     rng = np.random.default_rng(6)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
     points = [point(i, rng) for i in range(300)]
     await index.upsert(points)
@@ -294,7 +312,7 @@ async def test_an_erasure_that_fails_during_a_build_still_reaches_the_copy(
     from app.errors import VectorStoreUnavailable
 
     rng = np.random.default_rng(10)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
     points = [point(i, rng) for i in range(300)]
     await index.upsert(points)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from app.core import terms
+from app.services.index_upkeep import GraphUpkeep
 from app.stores.qdrant_edge import QdrantEdgeIndex
 from app.stores.vectors import MemoryPayload, VectorPoint, VectorQuery
 
@@ -65,7 +66,7 @@ def quantized_files(path: Path) -> list[str]:
 
 async def test_a_built_shard_scores_on_int8_copies_within_their_precision(tmp_path: Path) -> None:
     written = points(6000, seed=1)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
     await index.upsert(written)
     await index.build_now()
@@ -139,7 +140,8 @@ async def test_a_shard_written_before_the_int8_copies_gets_them_from_one_build(
     # Its graph counted as built over every point: only the missing copies make a build due.
     (tmp_path / "c.current").write_text(json.dumps({"dir": "c", "built_points": len(written)}))
 
-    reopened = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=1000, build_fraction=0.2)
+    reopened = QdrantEdgeIndex(tmp_path, "c", DIM)
+    GraphUpkeep(min_points=1000, fraction=0.2).keep(reopened)
     await reopened.ensure_collection()  # every point counts as unbuilt: a build is due
     assert reopened.status()["building"] is True
     for _ in range(600):
@@ -178,7 +180,7 @@ async def test_reinforcement_leaves_built_points_where_they_are_and_reads_back(
     originals from disk. Searches return the new use at once; a reopened index gets it from
     SQL (`load_uses`); an erasure takes the erased points' uses with it."""
     written = points(6000, seed=4)
-    index = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
     await index.upsert(written)
     await index.build_now()
@@ -201,7 +203,7 @@ async def test_reinforcement_leaves_built_points_where_they_are_and_reads_back(
     assert (hit.payload.importance, hit.payload.access_count) == (0.9, 7)
     await index.close()
 
-    reopened = QdrantEdgeIndex(tmp_path, "c", DIM, build_min_points=0)
+    reopened = QdrantEdgeIndex(tmp_path, "c", DIM)
     await reopened.ensure_collection()
     hit = (await reopened.candidates(query)).dense[0]
     assert hit.payload.access_count == 0  # nothing on disk: SQL holds the uses
