@@ -562,7 +562,8 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0 if not errors.total else 1
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; bench/report.py names a run's arguments that differ from its defaults."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--url", default="http://127.0.0.1:8000", help="Strata base URL")
     p.add_argument("--out", type=Path, default=Path("bench/results/latency.json"))
@@ -587,6 +588,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--run-id", help="suffix of the user ids (default: unix time)")
     p.add_argument("--api-key", default=os.environ.get("STRATA_API_KEY"))
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     bounds = {
         "single": (1, 100_000),

@@ -544,7 +544,8 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0 if not api.errors.total else 1
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; bench/report.py names a run's arguments that differ from its defaults."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--data", required=True, type=Path, help="path to locomo10.json")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="Strata base URL")
@@ -579,6 +580,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--api-key", default=os.environ.get("STRATA_API_KEY"))
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if not 1 <= args.conversations <= 1000:
         p.error("--conversations must be at least 1")

@@ -11,7 +11,9 @@
 #
 # Each benchmark gets its own server process on a free 127.0.0.1 port with a fresh temporary
 # data dir, so one benchmark's data and warm caches never colour the other's. Results (JSON, the
-# printed report and the server log) go to bench/results/, which is gitignored.
+# printed report and the server log) go to bench/results/, which is gitignored. After latency or
+# locomo, bench/report.py rewrites bench/README.md's "Latest `make bench`" block from the newest
+# result of each.
 # Extra arguments: LATENCY_ARGS="--memories 5000" LOCOMO_ARGS="--conversations 2"
 # BILINGUAL_ARGS=... LONGMEMEVAL_ARGS="--questions 10".
 set -euo pipefail
@@ -148,6 +150,10 @@ if [[ "$SUITES" == *" userdata "* ]]; then
         --out "$RESULTS/userdata-$STAMP.json" ${USERDATA_ARGS:-} |
         tee "$RESULTS/userdata-$STAMP.txt" || status=1
     stop_server
+fi
+
+if [[ "$SUITES" == *" latency "* || "$SUITES" == *" locomo "* ]]; then
+    "$PY" bench/report.py || status=1
 fi
 
 echo "results in $RESULTS (*-$STAMP.*); exit status $status"
