@@ -65,7 +65,7 @@ def provenance(result: JSON, suite: Suite) -> str:
         if name not in RUN_SPECIFIC and value != parser.get_default(name)
     ]
     args = (
-        f'run with `{suite.env}="{" ".join(changed)}"`'
+        f'run with `{suite.env}="{" ".join(changed)}"`, not `make bench`\'s defaults'
         if changed
         else "run with `make bench`'s defaults"
     )
