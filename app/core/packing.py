@@ -87,7 +87,9 @@ def elide(item: Item, keep: int, count: Counter) -> Item:
     tail_start = len(item.text) - keep // 2
     head, tail = item.text[:head_end], item.text[tail_start:]
     mark = elision_mark(count([item.text[head_end:tail_start]])[0])
-    head_join = " " if head_end > item.prefix else ""
+    # A head cut just after a line break would start the mark's line unindented, where it
+    # could pass for a line of the context's own (a set-off text's lines start indented).
+    head_join = INDENT if head.endswith("\n") else " " if head_end > item.prefix else ""
     tail_join = " " if tail else ""
     return Item(item.key, f"{head}{head_join}{mark}{tail_join}{tail}", item.prefix)
 

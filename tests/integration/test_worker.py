@@ -191,7 +191,7 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
         retries=0,
     )
     settings = idle_app.resources.settings.model_copy(
-        update={"promote_retry_base_seconds": 0.5, "promote_retry_max_seconds": 60}
+        update={"promote_retry_base_seconds": 2.0, "promote_retry_max_seconds": 60}
     )
     r = idle_app.resources
     promoter = Promoter(
@@ -233,7 +233,7 @@ async def test_a_failing_session_backs_off_while_others_proceed(idle_app: Runnin
     again = await session(bad)
     assert again.promote_failures == 2
     assert again.promote_retry_at is not None
-    assert again.promote_retry_at - failed.promote_retry_at >= timedelta(seconds=0.5)
+    assert again.promote_retry_at - failed.promote_retry_at >= timedelta(seconds=2)
 
     # The provider recovers: the next retry succeeds and the backoff is reset.
     provider_down_for.clear()

@@ -555,3 +555,14 @@ def test_the_same_budget_error_as_before_sections() -> None:
         packing.pack(sections, budget=5, count=count)
     # Before, the message counted whole (33); now only its bare minimum does (`user: …`).
     assert too_small.value.needed == 29
+
+
+def test_an_elision_cut_just_after_a_line_break_keeps_the_marks_line_indented() -> None:
+    """Found by the property above: a head cut right after a set-off text's line break put
+    the mark at the start of a line of its own, unindented."""
+    text = "user: " + "a" * 10 + "\n" + packing.INDENT + "b" * 40
+    cut = packing.elide(packing.Item(0, text, 6), 22, lambda ts: [len(t) // 4 for t in ts])
+    assert cut.text.startswith("user: " + "a" * 10 + "\n")
+    for line in cut.text.split("\n")[1:]:
+        assert line.startswith(packing.INDENT), line
+    assert "tokens elided" in cut.text
