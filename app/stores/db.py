@@ -52,7 +52,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
 # The newest migration (tests/unit/test_migration_head.py checks that it is Alembic's head):
 # a database already there is left without importing Alembic, ~21 MiB a process keeps.
-HEAD_REVISION = "2026_12_06_user_sessions"
+HEAD_REVISION = "2026_12_07_user_keys"
 
 
 def _ensure_sqlite_dir(dsn: str) -> None:

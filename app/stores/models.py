@@ -393,3 +393,20 @@ class Relation(Base):
         sa.Index("ix_relations_object", "tenant_id", "user_id", "object_id"),
         sa.Index("ix_relations_memory", "tenant_id", "memory_id"),
     )
+
+
+class UserKey(Base):
+    """A user's data key (docs/privacy.md, "What stays on disk"): the text the Qdrant
+    server's payload holds is sealed under it (`app.core.sealing`), and the erasure deletes
+    it with the user row, so what the server's files keep of that text no longer opens.
+    `sealed_from_start`: made before any point of the user was written, so every point of
+    theirs was sealed; false for users that existed before keys did (migration
+    2026_12_07_user_keys), whose older points hold their text as it was written."""
+
+    __tablename__ = "user_keys"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    key: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    sealed_from_start: Mapped[bool] = mapped_column(sa.Boolean())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.stores import user_keys
 from app.stores.models import Session, User, incarnation
 
 
@@ -27,6 +28,7 @@ async def ensure_user(tx: AsyncSession, tenant_id: str, user_id: str, now: datet
         tenant_id=tenant_id, id=user_id, profile={}, max_access_count=0, created_at=now
     )
     await tx.execute(stmt.on_conflict_do_nothing(index_elements=["tenant_id", "id"]))
+    await user_keys.create(tx, tenant_id, user_id, now)  # before any point of theirs
 
 
 # Every session route reads the row first: built once.

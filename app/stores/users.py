@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.stores import user_keys
 from app.stores.models import (
     Entity,
     Job,
@@ -114,8 +115,17 @@ async def add_erased(
 
 
 async def delete(tx: AsyncSession, tenant_id: str, user_id: str) -> int:
+    """The user row and, with it, their data key (`app.stores.user_keys`): what the
+    Qdrant server's files keep of their sealed text no longer opens."""
+    await user_keys.delete(tx, tenant_id, user_id)
     result = await tx.execute(_delete(User).where(User.tenant_id == tenant_id, User.id == user_id))
     return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def index_text_sealed(tx: AsyncSession, tenant_id: str, user_id: str) -> bool:
+    """Whether every point of the user was written sealed under a key that `delete` will
+    destroy (`app.stores.user_keys`)."""
+    return await user_keys.sealed_from_start(tx, tenant_id, user_id)
 
 
 # Sessions and their messages.

@@ -136,3 +136,48 @@ async def test_sessions_become_the_users_with_their_data(
         rows = await conn.execute(text("SELECT user_id, seq FROM messages ORDER BY seq"))
         assert [tuple(r) for r in rows] == [("ana", 1), ("ana", 2)]
     await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+async def test_users_from_before_keys_get_one_not_sealed_from_start(
+    backend: str, pg_databases: Callable[[], Awaitable[str]], tmp_path: Path
+) -> None:
+    """2026_12_07_user_keys gives every user a key of their own, marked as made after their
+    first points (which the Qdrant server holds plain): an erasure's receipt must not say
+    their text there is unreadable (docs/privacy.md, "What stays on disk")."""
+    from sqlalchemy import text
+
+    dsn = (
+        await pg_databases() if backend == "postgresql" else f"sqlite+aiosqlite:///{tmp_path}/k.db"
+    )
+    cfg = alembic_config(dsn)
+    await asyncio.to_thread(command.upgrade, cfg, "2026_12_06_user_sessions")
+    at: object = "2026-06-01 12:00:00"  # SQLite's text; asyncpg's datetime
+    if backend == "postgresql":
+        at = datetime(2026, 6, 1, 12, tzinfo=UTC)
+    user = (
+        "INSERT INTO users (tenant_id, id, profile, max_access_count, created_at)"
+        " VALUES (:tenant, :id, '{}', 0, :at)"
+    )
+    engine = create_async_engine(dsn)
+    async with engine.begin() as conn:
+        for tenant, uid in (("t", "ana"), ("t", "bob"), ("u", "ana")):
+            await conn.execute(text(user), {"tenant": tenant, "id": uid, "at": at})
+    await engine.dispose()
+
+    await asyncio.to_thread(command.upgrade, cfg, "head")
+    engine = create_async_engine(dsn)
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text("SELECT tenant_id, user_id, key, sealed_from_start FROM user_keys")
+            )
+        ).all()
+    await engine.dispose()
+    assert sorted((r[0], r[1], bool(r[3])) for r in rows) == [
+        ("t", "ana", False),
+        ("t", "bob", False),
+        ("u", "ana", False),
+    ]
+    assert all(len(r[2]) == 32 for r in rows)
+    assert len({bytes(r[2]) for r in rows}) == 3  # each a key of its own

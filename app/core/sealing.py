@@ -1,0 +1,75 @@
+"""Sealing a user's text for a store whose files the service cannot purge (crypto-shredding,
+docs/privacy.md "What stays on disk").
+
+A value is sealed with AES-256-GCM under its user's key (32 random bytes, one per user,
+kept in the database's `user_keys`): a fresh 12-byte nonce per value, and associated data
+that names where the value belongs (tenant, user, point, field), so a sealed value copied
+onto another point or field does not open. Destroying the key makes every copy of the
+ciphertext, wherever the store's files left it, unreadable. Pure functions, no I/O.
+
+A value the store must match for equality (a filter) cannot be sealed: it is stored as a
+tag instead, a keyed hash of the value (HMAC-SHA-256 under a key derived from the user's,
+cut to 128 bits) that the same value under the same key and place always gives, so a
+filter tags the value it looks for and matches. Without the key a tag says nothing of its
+value beyond which points share it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from app.core import keys
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+PREFIX = "s1:"  # the format: a later one gets a new prefix, read beside this one
+TAG_PREFIX = "t1:"
+
+
+class SealBroken(ValueError):
+    """The value does not open under this key and place: another key (the user's was
+    replaced or destroyed), another point or field, or altered bytes."""
+
+
+def new_key() -> bytes:
+    return os.urandom(KEY_BYTES)
+
+
+def place(*parts: str) -> bytes:
+    """The associated data naming where a sealed value belongs: injective over its parts
+    (`app.core.keys.join`), whatever characters the ids hold."""
+    return keys.join(*parts).encode("utf-8", "surrogatepass")
+
+
+def seal(key: bytes, plaintext: bytes, where: bytes) -> str:
+    """`plaintext` sealed under `key` for the place `where`, as text a JSON payload holds."""
+    nonce = os.urandom(NONCE_BYTES)
+    sealed = AESGCM(key).encrypt(nonce, plaintext, where)
+    return PREFIX + base64.b64encode(nonce + sealed).decode("ascii")
+
+
+def open_sealed(key: bytes, token: str, where: bytes) -> bytes:
+    """The plaintext of `seal(key, plaintext, where)`; `SealBroken` for anything else."""
+    if not token.startswith(PREFIX):
+        raise SealBroken("not a sealed value")
+    try:
+        raw = base64.b64decode(token[len(PREFIX) :], validate=True)
+        if len(raw) < NONCE_BYTES + 16:
+            raise SealBroken("too short")
+        return AESGCM(key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], where)
+    except (InvalidTag, ValueError) as exc:
+        raise SealBroken(str(exc) or type(exc).__name__) from exc
+
+
+def tag(key: bytes, value: bytes, where: bytes) -> str:
+    """A keyed hash of `value` for equality matching, bound to `where` (which holds no NUL:
+    `place` escapes it). Its own key, derived from `key`: never the cipher's."""
+    tag_key = hmac.digest(key, b"strata filter tags", hashlib.sha256)
+    mac = hmac.digest(tag_key, where + b"\x00" + value, hashlib.sha256)[:16]
+    return TAG_PREFIX + base64.b64encode(mac).decode("ascii")

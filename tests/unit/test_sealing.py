@@ -1,0 +1,62 @@
+"""Sealing a user's text (app/core/sealing.py): it opens under its key and place only."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.core import sealing
+
+KEY = bytes(range(32))
+WHERE = sealing.place("acme", "ana", "7f0c", "content")
+
+
+@given(st.binary(max_size=2000))
+def test_a_sealed_value_opens_under_its_key_and_place(plaintext: bytes) -> None:
+    token = sealing.seal(KEY, plaintext, WHERE)
+    assert sealing.open_sealed(KEY, token, WHERE) == plaintext
+
+
+def test_the_text_is_not_in_the_sealed_value_and_each_seal_differs() -> None:
+    one = sealing.seal(KEY, b"MARKER-4711 my secret", WHERE)
+    two = sealing.seal(KEY, b"MARKER-4711 my secret", WHERE)
+    assert "MARKER" not in one
+    assert one != two  # a fresh nonce each time
+
+
+def test_another_key_does_not_open_it() -> None:
+    token = sealing.seal(KEY, b"hello", WHERE)
+    with pytest.raises(sealing.SealBroken):
+        sealing.open_sealed(sealing.new_key(), token, WHERE)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        sealing.place("acme", "ana", "7f0c", "metadata"),  # another field
+        sealing.place("acme", "ana", "7f0d", "content"),  # another point
+        sealing.place("acme", "bob", "7f0c", "content"),  # another user
+        sealing.place("acme/ana", "", "7f0c", "content"),  # the same characters, split apart
+    ],
+)
+def test_it_does_not_open_in_another_place(where: bytes) -> None:
+    token = sealing.seal(KEY, b"hello", WHERE)
+    with pytest.raises(sealing.SealBroken):
+        sealing.open_sealed(KEY, token, where)
+
+
+def test_an_altered_value_does_not_open() -> None:
+    import base64
+
+    token = sealing.seal(KEY, b"hello world", WHERE)
+    raw = bytearray(base64.b64decode(token.removeprefix(sealing.PREFIX)))
+    for i in (0, 12, len(raw) - 1):  # the nonce, the ciphertext, the tag
+        bad = bytearray(raw)
+        bad[i] ^= 1
+        altered = sealing.PREFIX + base64.b64encode(bytes(bad)).decode()
+        with pytest.raises(sealing.SealBroken):
+            sealing.open_sealed(KEY, altered, WHERE)
+    for junk in ("hello", sealing.PREFIX + "!!", sealing.PREFIX + "AAAA"):
+        with pytest.raises(sealing.SealBroken):
+            sealing.open_sealed(KEY, junk, WHERE)
