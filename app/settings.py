@@ -593,6 +593,15 @@ class Settings(BaseSettings):
         '{"recent_messages": 0.5, "memories": 0.3}',
     )
 
+    context_recent_turns: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description="the newest turns of the session packed before the recalled memories "
+        "(within the recent_messages share); older turns come after the memories, and a "
+        "recalled turn is shown once",
+    )
+
     context_cache_seconds: float = Field(
         default=60,
         ge=0,

@@ -159,25 +159,7 @@ def build_container(resources: Resources) -> Container:
         ingest=ingest,
         memories=MemoryService(r.db, r.vectors, r.embedder, reindexer),
         recall=recall,
-        context=ContextService(
-            r.db,
-            ingest,
-            recall,
-            scratchpad,
-            r.tokens,
-            window=r.settings.buffer_window,
-            shares=r.settings.context_shares,
-            summaries=summaries,
-            profile=profile,
-            cache=ContextCache(
-                r.generations,
-                ttl_seconds=r.settings.context_cache_seconds,
-                max_bytes=r.settings.context_cache_mb * 2**20,
-                weigh=stored_size,
-            )
-            if r.generations is not None
-            else None,
-        ),
+        context=_context(r, ingest, recall, scratchpad, summaries, profile),
         health=HealthService(
             {"database": r.db.ping, "buffer": r.buffer.ping, "vectors": r.vectors.ping},
             r.db,
@@ -213,6 +195,37 @@ def build_container(resources: Resources) -> Container:
         reindexer=reindexer,
         fact_extractor=FactExtractor(r.db, r.vectors, r.embedder, r.llm, fact_config(r.settings))
         if r.llm is not None and _extracts_facts(r)
+        else None,
+    )
+
+
+def _context(
+    r: Resources,
+    ingest: IngestService,
+    recall: RecallService,
+    scratchpad: ScratchpadService,
+    summaries: SummaryService,
+    profile: ProfileService,
+) -> ContextService:
+    """Context, with its cache of profiles and summaries when writes announce changes."""
+    return ContextService(
+        r.db,
+        ingest,
+        recall,
+        scratchpad,
+        r.tokens,
+        window=r.settings.buffer_window,
+        shares=r.settings.context_shares,
+        recent_turns=r.settings.context_recent_turns,
+        summaries=summaries,
+        profile=profile,
+        cache=ContextCache(
+            r.generations,
+            ttl_seconds=r.settings.context_cache_seconds,
+            max_bytes=r.settings.context_cache_mb * 2**20,
+            weigh=stored_size,
+        )
+        if r.generations is not None
         else None,
     )
 

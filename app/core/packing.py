@@ -19,8 +19,9 @@ counts items as given, so it is applied before packing and every count stays exa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 Counter = Callable[[Sequence[str]], list[int]]
 
@@ -30,11 +31,14 @@ class Item:
     """One line of the context: `text` is exactly what gets rendered (after the bullet).
 
     `prefix`: how many leading characters survive any elision (a speaker's `user: `).
+    `group`: a line of the service's own (a memory's day) rendered above the first of a run
+    of kept items that share it, instead of on each; "" for none. Never stored text.
     """
 
     key: int
     text: str
     prefix: int = 0
+    group: str = ""
 
 
 ELLIPSIS = "…"
@@ -114,9 +118,18 @@ class Section:
       form the base; a budget smaller than the base at its shortest raises `BudgetTooSmall`.
     - `share`: in its priority turn the section takes at most this share of the budget left
       after the base; once every section has had its turn, it takes what they left.
+    - `lead`: in its priority turn the section holds at most this many items, its required
+      ones included (and takes at most its `share`); the rest wait, as a share's do.
+    - `after`: the priority at which a section held to a `share` or `lead` takes what it
+      held back (None: once every section has had its turn).
     - `conversation`: filled newest first and kept as one unbroken run up to the newest
       item (plus the required one): a gap would misrepresent the conversation. Otherwise an
       item that does not fit is skipped and a smaller one after it may still fit.
+    - `fill`: the order the items are offered in, when it is not the order they are
+      rendered in (memories chosen best first, rendered grouped by day).
+    - `twins`: item index -> the index of an item of the section `twin_of` that says the
+      same (a recalled memory that is one of the recent turns): the two are never both
+      kept, and the other section's item wins (a turn counts once).
     """
 
     name: str
@@ -128,6 +141,15 @@ class Section:
     whole: bool = False
     share: float | None = None
     conversation: bool = False
+    lead: int | None = None
+    after: int | None = None
+    fill: Sequence[int] | None = None
+    twin_of: str | None = None
+    twins: Mapping[int, int] = field(default_factory=dict)
+
+    def held(self) -> bool:
+        """Held back in its priority turn, by a share or a lead."""
+        return self.share is not None or self.lead is not None
 
     def required_items(self) -> frozenset[int]:
         if self.whole:
@@ -160,8 +182,16 @@ def render(sections: Sequence[Section], kept: Sequence[Sequence[int]]) -> str:
 def _block(section: Section, kept: Sequence[int]) -> str:
     if not kept:
         return ""
-    lines = "\n".join(section.bullet + section.items[i].text for i in kept)
-    return f"{section.head}\n{lines}" if section.head else lines
+    lines: list[str] = []
+    group = ""
+    for i in kept:
+        item = section.items[i]
+        if item.group and item.group != group:
+            lines.append(item.group)
+        group = item.group
+        lines.append(section.bullet + item.text)
+    body = "\n".join(lines)
+    return f"{section.head}\n{body}" if section.head else body
 
 
 def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
@@ -223,59 +253,121 @@ def _choose(
     count: Counter,
 ) -> list[set[int]]:
     """The items each section keeps, by priority, within the `free` tokens the required ones
-    leave: a section held to a share first takes up to it, and gets more only from what the
-    others left."""
-    optional = [
-        [i for i in range(len(s.items)) if i not in required[k]] for k, s in enumerate(sections)
+    leave: a section held to a share or a lead first takes up to it, and gets more only from
+    what the others left (at its `after` priority, or once all have had their turn)."""
+    fill = _Fill(sections, required, free, count)
+    rank = {k: n for n, k in enumerate(order)}
+    steps: list[tuple[float, int, int, int]] = [
+        (sections[k].priority, 0, rank[k], k) for k in order
     ]
-    costs = _costs(sections, optional, count)
-    # A header costs its tokens plus its line breaks; a line its tokens plus one newline.
-    heads = count([s.head for s in sections]) if sections else []
-    after_base = free
-    chosen = [set(r) for r in required]
-    pending: list[list[int]] = [[] for _ in sections]
-
-    for k in order:
-        s, c = sections[k], costs[k]
-        fill = optional[k][::-1] if s.conversation else optional[k]
-        head = heads[k] + 2 if s.head and not required[k] else 0
-        if s.share is not None:
-            cap = min(int(after_base * s.share), free)
-            spent = head if s.items and not required[k] else 0
-            for i in fill:
-                if spent + c[i] + 1 <= cap:
-                    chosen[k].add(i)
-                    spent += c[i] + 1
-                else:
-                    pending[k].append(i)
-            free -= spent
+    steps += [
+        (math.inf if (a := sections[k].after) is None else a, 1, rank[k], k)
+        for k in order
+        if sections[k].held()
+    ]
+    for _, rest, _, k in sorted(steps):
+        if rest:
+            fill.rest(k)
         else:
-            spent, took = head, False
-            for i in fill:
-                if spent + c[i] + 1 <= free:
-                    chosen[k].add(i)
-                    spent += c[i] + 1
+            fill.turn(k)
+    return fill.done()
+
+
+class _Fill:
+    """`_choose`'s state: what each section has chosen, what it holds back, the budget left."""
+
+    def __init__(
+        self, sections: Sequence[Section], required: list[frozenset[int]], free: int, count: Counter
+    ) -> None:
+        self.sections = sections
+        self.required = required
+        self.free = self.after_base = free
+        self.optional = [
+            [i for i in range(len(s.items)) if i not in required[k]] for k, s in enumerate(sections)
+        ]
+        self.costs = _costs(sections, self.optional, count)
+        groups = sorted({it.group for s in sections for it in s.items if it.group})
+        self.group_costs = dict(zip(groups, count(groups) if groups else [], strict=True))
+        # A header costs its tokens plus its line breaks; a line its tokens plus one newline.
+        self.heads = count([s.head for s in sections]) if sections else []
+        self.chosen = [set(r) for r in required]
+        self.pending: list[list[int]] = [[] for _ in sections]
+        self.names = {s.name: k for k, s in enumerate(sections)}
+
+    def offered(self, k: int) -> list[int]:
+        s, optional = self.sections[k], self.optional[k]
+        if s.fill is not None:
+            return [i for i in s.fill if i in set(optional)]
+        return optional[::-1] if s.conversation else optional
+
+    def cost(self, k: int, i: int) -> int:
+        group = self.sections[k].items[i].group
+        opened = group and any(self.sections[k].items[j].group == group for j in self.chosen[k])
+        return self.costs[k][i] + 1 + (self.group_costs[group] + 1 if group and not opened else 0)
+
+    def twin_kept(self, k: int, i: int) -> bool:
+        s = self.sections[k]
+        twin = s.twins.get(i)
+        return (
+            twin is not None
+            and s.twin_of is not None
+            and twin in self.chosen[self.names[s.twin_of]]
+        )
+
+    def take(self, k: int, i: int, cost: int) -> None:
+        self.chosen[k].add(i)
+        self.free -= cost
+        name = self.sections[k].name
+        for m, s in enumerate(self.sections):  # its twins elsewhere go, and give back theirs
+            if s.twin_of == name:
+                for j in [j for j in self.chosen[m] if s.twins.get(j) == i]:
+                    self.chosen[m].discard(j)
+                    self.free += self.costs[m][j] + 1
+
+    def turn(self, k: int) -> None:
+        s = self.sections[k]
+        head = self.heads[k] + 2 if s.head and not self.required[k] else 0
+        offered = [i for i in self.offered(k) if not self.twin_kept(k, i)]
+        if not s.held():
+            took = False
+            for i in offered:
+                c = self.cost(k, i) + (0 if took else head)
+                if c <= self.free:
+                    self.take(k, i, c)
                     took = True
                 elif s.conversation:
                     break
-            if took:
-                free -= spent
+            return
+        cap = self.free if s.share is None else min(int(self.after_base * s.share), self.free)
+        spent = head if s.items and not self.required[k] else 0
+        self.free -= spent
+        taken = len(self.required[k])
+        for i in offered:
+            c = self.cost(k, i)
+            if (s.lead is None or taken < s.lead) and spent + c <= cap:
+                self.take(k, i, c)
+                spent, taken = spent + c, taken + 1
+            else:
+                self.pending[k].append(i)
 
-    for k in order:  # what the others left goes to the sections that were held to a share
-        for i in pending[k]:
-            cost = costs[k][i] + 1
-            if cost > free:
-                if sections[k].conversation:
+    def rest(self, k: int) -> None:
+        """What a held section held back, as far as the budget left goes."""
+        for i in self.pending[k]:
+            if self.twin_kept(k, i):
+                continue
+            c = self.cost(k, i)
+            if c > self.free:
+                if self.sections[k].conversation:
                     break
                 continue
-            chosen[k].add(i)
-            free -= cost
+            self.take(k, i, c)
 
-    for k, s in enumerate(sections):
-        if s.conversation:
-            start = _unbroken_run_start(chosen[k], len(s.items), required[k])
-            chosen[k] = {i for i in chosen[k] if i >= start or i in required[k]}
-    return chosen
+    def done(self) -> list[set[int]]:
+        for k, s in enumerate(self.sections):
+            if s.conversation:
+                start = _unbroken_run_start(self.chosen[k], len(s.items), self.required[k])
+                self.chosen[k] = {i for i in self.chosen[k] if i >= start or i in self.required[k]}
+        return self.chosen
 
 
 def _drop_while_over(

@@ -9,7 +9,8 @@ rendered in this order as headed blocks, one line per item:
     ## About the user         - key: value   (the profile's attributes)
                               - [since 2024-06-01] fact   (its current facts, newest first)
     ## Earlier, in summary    - [weekly from 2024-06-03] content   (oldest first)
-    ## Relevant memories      - [2024-06-05] content   (best first)
+    ## Relevant memories      [2024-06-05]             (a day's line, then its memories)
+                              - content   (best first: the days by their best memory)
     ## Recent conversation    speaker: content   (oldest first)
 
 A section without items is not rendered. docs/seams.md shows how to add one. A last user
@@ -80,6 +81,12 @@ HEAD_RECENT = "## Recent conversation"
 # Recent turns take at most half, so that memories keep room in a long conversation.
 DEFAULT_SHARES: Mapping[str, float] = {"recent_messages": 0.5}
 
+# The newest turns that come before the memories, within their share: what continuity needs
+# (the last few exchanges; `STRATA_CONTEXT_RECENT_TURNS`). Older turns of the session come
+# after the memories, before the summaries: a turn the question needs is recalled anyway,
+# and is shown once (bench/README.md, issue 40: "Evidence in one context call").
+RECENT_TURNS = 10
+
 
 def layout(
     *,
@@ -91,14 +98,22 @@ def layout(
     recent: Sequence[str] = (),
     last_user: int | None = None,
     shares: Mapping[str, float] = DEFAULT_SHARES,
+    recent_turns: int | None = RECENT_TURNS,
+    memory_days: Sequence[str] = (),
+    memory_twins: Mapping[int, int] | None = None,
 ) -> list[packing.Section]:
     """The context's sections from their lines, in the order they are rendered.
 
     The system prompt and the last user message (`recent[last_user]`) are required. Then,
-    by priority: the newest turns up to their share of what is left, the working memory,
-    the profile, the memories, the summaries; older turns take what remains. Over budget
-    after the exact count, the summaries go first, the turns last. A last user message that
-    does not fit keeps its speaker, head and tail, within its section's share.
+    by priority: the newest `recent_turns` turns within their share of what is left, the
+    working memory, the profile, the memories (best first), the older turns, the summaries.
+    Over budget after the exact count, the summaries go first, the turns last. A last user
+    message that does not fit keeps its speaker, head and tail, within its section's share.
+
+    `memory_days` (one per memory, e.g. `2024-06-05`) renders the memories under a line per
+    day, the days in the order of their best memory, instead of a date on each.
+    `memory_twins`: memory index -> the index of the recent turn it is; a turn shown among
+    the recent ones is not shown again as a memory.
     """
 
     def items(lines: Sequence[str]) -> list[packing.Item]:
@@ -132,12 +147,12 @@ def layout(
         section(
             "summaries",
             items(summaries),
-            priority=5,
+            priority=6,
             head=HEAD_SUMMARIES,
             bullet="- ",
             conversation=True,
         ),
-        section("memories", items(memories), priority=4, head=HEAD_MEMORIES, bullet="- "),
+        _memories(memories, memory_days, memory_twins or {}),
         section(
             "recent_messages",
             turns(recent),
@@ -145,9 +160,36 @@ def layout(
             head=HEAD_RECENT,
             required=last_user,
             conversation=True,
+            lead=recent_turns,
+            after=5,
         ),
     ]
     return [replace(s, share=shares.get(s.name)) for s in sections]
+
+
+def _memories(
+    lines: Sequence[str], days: Sequence[str], twins: Mapping[int, int]
+) -> packing.Section:
+    """The memories, chosen best first; with `days`, rendered under a line per day (the days
+    in the order of their best memory, each day's memories best first)."""
+    order = list(range(len(lines)))
+    if days:
+        first = {d: n for n, d in reversed(list(enumerate(days)))}
+        order.sort(key=lambda n: (first[days[n]], n))
+    at = {n: pos for pos, n in enumerate(order)}
+    return packing.Section(
+        "memories",
+        [
+            packing.Item(n, packing.set_off(lines[n]), group=f"[{days[n]}]" if days else "")
+            for n in order
+        ],
+        priority=4,
+        head=HEAD_MEMORIES,
+        bullet="- ",
+        fill=[at[n] for n in range(len(lines))],
+        twin_of="recent_messages",
+        twins={at[n]: turn for n, turn in twins.items()},
+    )
 
 
 def memories_for(budget: int) -> int:
@@ -167,8 +209,8 @@ def message_line(m: MessageOut) -> str:
     return f"{speaker}: {m.content}"
 
 
-def memory_line(r: RecallResult) -> str:
-    return f"[{r.created_at.date().isoformat()}] {r.content}"
+def memory_day(r: RecallResult) -> str:
+    return r.created_at.date().isoformat()
 
 
 def entry_line(key: str, value: Any) -> str:
@@ -197,6 +239,7 @@ class ContextService:
         *,
         window: int,
         shares: Mapping[str, float] = DEFAULT_SHARES,
+        recent_turns: int = RECENT_TURNS,
         summaries: SummaryService | None = None,
         profile: ProfileService | None = None,
         cache: ContextCache | None = None,
@@ -211,6 +254,7 @@ class ContextService:
         self.tokens = tokens
         self.window = window  # newest turns read for packing (the buffer's window)
         self.shares = dict(shares)
+        self.recent_turns = recent_turns  # the newest turns packed before the memories
         self.summaries = summaries  # None: no summaries section (a service built without)
         self.profile = profile  # None: no profile section
         self.cache = cache  # None: the profile and the summaries are read on every call
@@ -234,10 +278,13 @@ class ContextService:
                 *(fact_line(f) for f in profile.facts),
             ],
             summaries=[summary_line(x) for x in summaries],
-            memories=[memory_line(r) for r in memories],
+            memories=[r.content for r in memories],
+            memory_days=[memory_day(r) for r in memories],
+            memory_twins=_twins(memories, recent, session_id),
             recent=[message_line(m) for m in recent],
             last_user=last_user,
             shares=self.shares,
+            recent_turns=self.recent_turns,
         )
         try:
             packed = packing.pack(sections, budget=body.token_budget, count=self.tokens)
@@ -250,7 +297,7 @@ class ContextService:
 
         kept = {name: [item.key for item in items] for name, items in packed.kept.items()}
         cut = set(packed.truncated.get("recent_messages", []))
-        kept_memories = [memories[i] for i in kept["memories"]]
+        kept_memories = [memories[i] for i in sorted(kept["memories"])]  # best first
         used = [m.id for m in kept_memories if m.id in recalled.used]
         if used and body.as_of is None:  # a replay of the past changes nothing
             self.recall.reinforce_later(tenant_id, body.user_id, used)
@@ -359,7 +406,8 @@ class ContextService:
         last_user: int | None,
     ) -> _Recalled:
         """Memories for the caller's query, or else for the last user message (rewritten
-        when it leans on the turns before it), less what the recent turns already show."""
+        when it leans on the turns before it). One that is a recent turn stays: the packer
+        shows it once, as a memory only when the turn itself does not fit (`_twins`)."""
         query = body.query or (recent[last_user].content if last_user is not None else None)
         if not query:
             return _Recalled([], None, None)
@@ -381,8 +429,6 @@ class ContextService:
             ),
         )
         search = await self.recall.search(spec)
-        # What the recent turns already say verbatim is not worth its tokens twice.
-        shown = {m.seq for m in recent}
         memories = [
             r
             for rank, r in enumerate(search.results)
@@ -390,10 +436,6 @@ class ContextService:
                 rank < CONTEXT_ANY_RELEVANCE
                 or r.scores.semantic >= DEFAULT_MIN_RELEVANCE
                 or r.kind == "summary"  # as recall's floor (`MinRelevance`)
-            )
-            and (
-                not r.sources
-                or not all(s.session_id == session_id and s.seq in shown for s in r.sources)
             )
         ]
         return _Recalled(memories, search.rewritten_query, search.llm_usage, search.used)
@@ -420,6 +462,21 @@ def stored_size(value: tuple[Profile, list[SummaryOut]]) -> int:
     texts = [f.content for f in profile.facts] + [s.content for s in summaries]
     items = len(texts) + len(profile.attributes)
     return len(orjson.dumps(profile.attributes)) + sum(map(len, texts)) + 400 * (items + 1)
+
+
+def _twins(
+    memories: Sequence[RecallResult], recent: Sequence[MessageOut], session_id: str
+) -> dict[int, int]:
+    """Memory index -> the index of the recent turn that shows all it says: every source is
+    one of the recent turns, and the oldest of them stands for all (the turns kept are an
+    unbroken run up to the newest, so with it the others are shown too)."""
+    at = {m.seq: n for n, m in enumerate(recent)}
+    twins: dict[int, int] = {}
+    for n, r in enumerate(memories):
+        turns = [at.get(s.seq) if s.session_id == session_id else None for s in r.sources]
+        if turns and all(t is not None for t in turns):
+            twins[n] = min(t for t in turns if t is not None)
+    return twins
 
 
 def _summaries_before(body: ContextRequest, recent: list[MessageOut]) -> datetime:

@@ -269,3 +269,36 @@ async def test_memories_fill_a_large_budget_beyond_thirty(
     small = await context(running, now, user, query=query, token_budget=300)
     assert 0 < len(small["sections"]["memories"]) < len(memories)
     assert small["tokens"]["total"] <= 300
+
+
+async def test_a_turn_of_the_session_the_turns_leave_out_comes_back_as_a_memory_once(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Past the newest turns continuity needs, the memories come first; an older turn of the
+    same session that answers the question is shown as a memory (before, every turn of
+    the window was struck from the memories, so one the recent turns left out was lost),
+    and a turn the recent ones show is not repeated (issue 40, item 5)."""
+    user, session = ids("user"), ids("session")
+    chat = [
+        turn(f"Small talk number {i} about the weather and the traffic today.", role=role)
+        for i in range(30)
+        for role in ("user", "assistant")
+    ]
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("My passport is in the blue folder in the hall cupboard."),
+            *chat,
+            turn("Where did I put my passport?"),
+        ],
+    )
+    body = await context(running, session, user, token_budget=600)
+    shown = [m["content"] for m in body["sections"]["recent_messages"]]
+    assert shown[-1] == "Where did I put my passport?"
+    assert 2 < len(shown) < 62  # the newest turns: the first is not among them
+    assert body["text"].count("blue folder in the hall cupboard") == 1
+    assert any("blue folder" in m["content"] for m in body["sections"]["memories"])
+    assert not any(m["content"] in shown for m in body["sections"]["memories"])
+    assert body["tokens"]["total"] <= 600

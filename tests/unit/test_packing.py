@@ -306,6 +306,7 @@ hostile = st.lists(
 ).map("".join) | st.text(max_size=80)
 
 SPEAKERS = ("user: ", "assistant: ")
+DAYS = ("2024-06-01", "2024-06-05", "2024-07-30")
 
 
 @settings(max_examples=300, deadline=None)
@@ -331,15 +332,19 @@ def test_no_stored_text_passes_for_a_heading_or_starts_a_line_of_its_own(
 ) -> None:
     """Whatever stored text holds, every line of `text` that reads as a heading is one of
     the service's, in the order of its sections, and every line at the margin is the
-    service's: a heading, a bullet, a speaker or the system prompt. Stored lines are
-    indented; the budget still holds."""
+    service's: a heading, a bullet, a speaker, a memories' day or the system prompt. Stored
+    lines are indented; the budget still holds."""
     last_user = data.draw(st.none() | st.integers(0, len(recent) - 1)) if recent else None
+    days = data.draw(
+        st.lists(st.sampled_from(DAYS), min_size=len(memories), max_size=len(memories))
+    )
     sections = layout(
         system_prompt=system,
         working_memory=working_memory,
         profile=profile,
         summaries=summaries,
         memories=memories,
+        memory_days=days if data.draw(st.booleans()) else (),
         recent=[speaker + content for speaker, content in recent],
         last_user=last_user,
     )
@@ -358,6 +363,7 @@ def test_no_stored_text_passes_for_a_heading_or_starts_a_line_of_its_own(
             or line == system
             or line == ""  # between sections
             or line.startswith((packing.INDENT, "- ", *SPEAKERS))
+            or line in {f"[{d}]" for d in DAYS}
         ), line
 
 
@@ -566,3 +572,125 @@ def test_an_elision_cut_just_after_a_line_break_keeps_the_marks_line_indented() 
     for line in cut.text.split("\n")[1:]:
         assert line.startswith(packing.INDENT), line
     assert "tokens elided" in cut.text
+
+
+# The budget split (issue 40, "A context that spends its budget on answers"): the newest
+# turns continuity needs come first, memories fill what is left best first, the older turns
+# come after them; a recalled turn counts once; a day is written once for its memories.
+
+
+def test_memories_come_before_the_older_turns() -> None:
+    memories = [f"memory {i} " + "fact " * 10 for i in range(100)]
+    recent = [f"turn {i} " + "chat " * 10 for i in range(40)]
+    packed = packing.pack(
+        layout(system_prompt="", memories=memories, recent=recent, last_user=39),
+        budget=1000,
+        count=count,
+    )
+    # The 10 newest turns (RECENT_TURNS), then the memories, best first, to the budget.
+    assert keys(packed, "recent_messages") == list(range(30, 40))
+    assert keys(packed, "memories") == list(range(len(packed.kept["memories"])))
+    assert len(packed.kept["memories"]) > 40  # 27 when the turns took half
+    # What the memories leave goes to the older turns, newest first, before the summaries.
+    few = packing.pack(
+        layout(
+            system_prompt="",
+            memories=memories[:3],
+            summaries=["[weekly from 2024-06-03] " + "long ago " * 20],
+            recent=recent * 2,
+            last_user=79,
+        ),
+        budget=1000,
+        count=count,
+    )
+    assert keys(few, "memories") == [0, 1, 2]
+    assert len(few.kept["recent_messages"]) > 40
+    assert not few.kept["summaries"]
+
+
+def test_the_newest_turns_are_a_count_within_their_share() -> None:
+    recent = [f"turn {i} " + "chat " * 10 for i in range(40)]
+    memories = [f"memory {i} " + "fact " * 10 for i in range(200)]
+    for turns in (0, 3, 10):
+        packed = packing.pack(
+            layout(
+                system_prompt="", memories=memories, recent=recent, last_user=39, recent_turns=turns
+            ),
+            budget=2000,
+            count=count,
+        )
+        assert keys(packed, "recent_messages") == list(range(min(40 - turns, 39), 40))
+    # The share still bounds them: at a small budget, fewer than the count.
+    small = packing.pack(
+        layout(system_prompt="", memories=memories, recent=recent, last_user=39),
+        budget=200,
+        count=count,
+    )
+    assert 1 < len(small.kept["recent_messages"]) < 10
+    assert small.tokens["recent_messages"] <= 100 + 20
+
+
+def test_a_recalled_turn_is_shown_once() -> None:
+    recent = [f"user: turn {i} " + "chat " * 10 for i in range(30)]
+    # Memory 0 is turn 29 (the last, required), memory 1 turn 25 (among the newest), memory
+    # 2 turn 3 (an old turn the budget leaves out): only the last is shown as a memory.
+    facts = [f"fact {i} " + "more " * 10 for i in range(50)]
+    memories = [recent[29], recent[25], recent[3], *facts]
+    packed = packing.pack(
+        layout(
+            system_prompt="",
+            memories=memories,
+            recent=recent,
+            last_user=29,
+            memory_twins={0: 29, 1: 25, 2: 3},
+        ),
+        budget=600,
+        count=count,
+    )
+    shown = keys(packed, "recent_messages")
+    assert 25 in shown
+    assert 3 not in shown
+    assert keys(packed, "memories")[:2] == [2, 3]
+    assert packed.text.count("turn 25 ") == 1
+    assert packed.text.count("turn 3 ") == 1
+    # A turn that gets in only after its memory was chosen takes its place: the memory goes.
+    roomy = packing.pack(
+        layout(
+            system_prompt="",
+            memories=memories,
+            recent=recent,
+            last_user=29,
+            memory_twins={0: 29, 1: 25, 2: 3},
+        ),
+        budget=8000,
+        count=count,
+    )
+    assert keys(roomy, "recent_messages") == list(range(30))
+    assert keys(roomy, "memories") == list(range(3, 53))
+    assert roomy.text.count("turn 3 ") == 1
+
+
+def test_a_day_is_written_once_above_its_memories() -> None:
+    memories = ["Ana moved to Porto.", "Ana teaches piano.", "Ana plays chess.", "Ana is 30."]
+    days = ["2024-06-05", "2024-05-01", "2024-06-05", "2024-05-01"]
+    sections = layout(system_prompt="", memories=memories, memory_days=days)
+    packed = packing.pack(sections, budget=1000, count=count)
+    assert packed.text == (
+        "## Relevant memories\n"
+        "[2024-06-05]\n- Ana moved to Porto.\n- Ana plays chess.\n"
+        "[2024-05-01]\n- Ana teaches piano.\n- Ana is 30."
+    )
+    assert [item.key for item in packed.kept["memories"]] == [0, 2, 1, 3]
+    dated = [f"[{d}] {m}" for d, m in zip(days, memories, strict=True)]
+    each = packing.pack(layout(system_prompt="", memories=dated), budget=1000, count=count)
+    many = [f"memory {i} " + "fact " * 5 for i in range(60)]
+    by_day = layout(system_prompt="", memories=many, memory_days=[days[i % 2] for i in range(60)])
+    on_each = layout(
+        system_prompt="", memories=[f"[{days[i % 2]}] {m}" for i, m in enumerate(many)]
+    )
+    assert each.tokens["memories"] > packed.tokens["memories"]
+    # In the same budget, more memories fit when the day is written once; best first still.
+    fit_by_day = packing.pack(by_day, budget=800, count=count).kept["memories"]
+    fit_on_each = packing.pack(on_each, budget=800, count=count).kept["memories"]
+    assert len(fit_by_day) > len(fit_on_each)
+    assert sorted(item.key for item in fit_by_day) == list(range(len(fit_by_day)))
