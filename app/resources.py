@@ -113,15 +113,20 @@ def _llm(settings: Settings) -> LLM | None:
     )
 
 
-def _vectors(settings: Settings, embedder: Embedder) -> VectorIndex:
-    """The vector index the settings name: a Qdrant server, or Qdrant Edge's embedded shard."""
+def _vectors(settings: Settings, embedder: Embedder, db: Database) -> VectorIndex:
+    """The vector index the settings name: a Qdrant server, or Qdrant Edge's embedded shard.
+    A server's payload text is sealed under each user's key, read from `db` (its files
+    cannot be purged after an erasure; the embedded shard's are, docs/privacy.md)."""
     name = collection_name(settings.collection_prefix, embedder.model_id, embedder.dim)
     # Imported where chosen: a process loads only the Qdrant client it uses.
     if settings.qdrant_url:
         from app.stores.qdrant_server import QdrantServerIndex
+        from app.stores.user_keys import UserKeys
 
         api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        return QdrantServerIndex.connect(settings.qdrant_url, api_key, name, embedder.dim)
+        return QdrantServerIndex.connect(
+            settings.qdrant_url, api_key, name, embedder.dim, keys=UserKeys(db)
+        )
     else:
         from app.stores.qdrant_edge import QdrantEdgeIndex
 
@@ -193,7 +198,7 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         embedder: Embedder = MeteredEmbedder(raw_embedder, metrics)
         await asyncio.to_thread(terms.warm_up)
 
-        vectors = _vectors(settings, embedder)
+        vectors = _vectors(settings, embedder, db)
         stack.push_async_callback(vectors.close)
         await _open_vectors(vectors, db, embedded=settings.qdrant_url is None)
 

@@ -60,6 +60,16 @@ class PurgedFromDisk(BaseModel):
         description="Qdrant Edge (embedded): the shard rewritten without the deleted points, "
         "write-ahead log included; a Qdrant server: false, its files are its own",
     )
+    index_text: bool = Field(
+        default=False,
+        description="no text of the user (memories' content, sources and metadata) can be "
+        "read from the index's files: purged with them (`index` true), or, on a Qdrant "
+        "server, every point of theirs written sealed under the user's key, which the "
+        "erasure deleted with the user row (its bytes leave the database's files with the "
+        "rest: `database`). The server keeps their points' ids, vectors, sparse terms and "
+        "filter fields until its optimizer vacuums them. False for a user whose points were "
+        "written before keys existed (their text was stored plain)",
+    )
     buffer: bool = Field(
         default=False,
         description="the embedded buffer holds nothing on disk: true; Redis: false, a "

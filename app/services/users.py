@@ -594,6 +594,7 @@ class ErasureService:
         async with self.db.transaction() as tx:
             user = await user_store.get(tx, tenant_id, user_id, for_update=True)
             counts = dict((user.erasure or {}).get("counts") or {}) if user else {}
+            sealed = await user_store.index_text_sealed(tx, tenant_id, user_id)
             receipt = {
                 "user_id": user_id,
                 "counts": {name: int(counts.get(name, 0)) for name in ERASED},
@@ -601,6 +602,8 @@ class ErasureService:
                 "purged_from_disk": {
                     "database": self.db.purges_from_disk,
                     "index": index_purged,
+                    # Their key goes with the row below (`user_store.delete`).
+                    "index_text": index_purged or sealed,
                     "buffer": not self.buffer_on_disk,
                 },
             }

@@ -1,16 +1,28 @@
-"""The vector index on a Qdrant server (or qdrant-client's local mode, in tests)."""
+"""The vector index on a Qdrant server (or qdrant-client's local mode, in tests).
+
+The user's text in a point's payload (`content`, `sources`, `metadata`) is stored sealed
+under the user's key (`<field>_sealed`, `app.core.sealing`), opened as recall reads it: the
+server's files keep a deleted point until its optimizer vacuums them, which the service
+cannot ask for, and the erasure destroys the key instead (docs/privacy.md, "What stays on
+disk"). What filters read stays plain. A point written before (its fields plain) reads as
+it is.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
 
+from app.core import sealing
 from app.errors import VectorStoreUnavailable
+from app.stores.user_keys import UserKeys
 from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
@@ -23,27 +35,53 @@ from app.stores.vectors import (
     VectorPoint,
     VectorQuery,
     encode_patch,
+    filterable,
+    meta_path,
     scope_conditions,
 )
+
+log = logging.getLogger("strata.index")
+
+# The user's text in a payload: sealed. The rest is what filters and scoring read (ids,
+# kinds, times, numbers), kept plain for the server to match, but for the metadata's
+# scalar values (`meta_filter`), kept as tags (`app.core.sealing.tag`).
+SEALED = ("content", "sources", "metadata")
 
 
 class QdrantServerIndex:
     def __init__(
-        self, client: AsyncQdrantClient, collection: str, dim: int, *, local: bool = False
+        self,
+        client: AsyncQdrantClient,
+        collection: str,
+        dim: int,
+        *,
+        local: bool = False,
+        keys: UserKeys | None = None,
     ) -> None:
         self.client = client
         self.collection = collection
         self.dim = dim
         self.local = local  # qdrant-client local mode: payload indexes do not exist there
+        self.keys = keys  # None: text stored plain (tests of the index alone)
 
     @classmethod
-    def connect(cls, url: str, api_key: str | None, collection: str, dim: int) -> QdrantServerIndex:
+    def connect(
+        cls,
+        url: str,
+        api_key: str | None,
+        collection: str,
+        dim: int,
+        *,
+        keys: UserKeys | None = None,
+    ) -> QdrantServerIndex:
         if url == ":memory:":
-            return cls(AsyncQdrantClient(location=":memory:"), collection, dim, local=True)
+            client = AsyncQdrantClient(location=":memory:")
+            return cls(client, collection, dim, local=True, keys=keys)
         if url.startswith("path:"):
             client = AsyncQdrantClient(path=url.removeprefix("path:"))
-            return cls(client, collection, dim, local=True)
-        return cls(AsyncQdrantClient(url=url, api_key=api_key, timeout=10), collection, dim)
+            return cls(client, collection, dim, local=True, keys=keys)
+        client = AsyncQdrantClient(url=url, api_key=api_key, timeout=10)
+        return cls(client, collection, dim, keys=keys)
 
     async def ensure_collection(self) -> None:
         try:
@@ -91,6 +129,9 @@ class QdrantServerIndex:
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
         if not points:
             return
+        keys = await self._keys_for_write(
+            {(p.payload.tenant_id, p.payload.user_id) for p in points}
+        )
         structs = [
             qm.PointStruct(
                 id=str(p.id),
@@ -99,7 +140,7 @@ class QdrantServerIndex:
                     "turn": p.turn_vector,
                     "sparse": qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
                 },
-                payload=p.payload.to_dict(),
+                payload=_sealed(p.payload.to_dict(), keys, str(p.id)),
             )
             for p in points
         ]
@@ -113,35 +154,56 @@ class QdrantServerIndex:
     async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
         if not updates:
             return
-        # A point may be gone (deleted meanwhile); the rest still gets its update.
+        # A point may be gone (deleted meanwhile); the rest still gets its update. Its owner
+        # names the key a patched text is sealed under; plain text a point written before
+        # sealing holds in a patched field is deleted.
         found = await self._call(
             self.client.retrieve(
                 self.collection,
                 [str(pid) for pid, _ in updates],
-                with_payload=False,
+                with_payload=["tenant_id", "user_id", *SEALED] if self.keys else False,
                 with_vectors=False,
             )
         )
-        present = {str(r.id) for r in found}
-        ops = [
-            qm.SetPayloadOperation(
-                set_payload=qm.SetPayload(payload=encode_patch(patch), points=[str(pid)])
+        present = {str(r.id): r.payload or {} for r in found}
+        owners = {(str(p.get("tenant_id")), str(p.get("user_id"))) for p in present.values()}
+        keys = await self._keys_for_write(owners) if self.keys else {}
+        ops: list[qm.UpdateOperation] = []
+        for pid, patch in updates:
+            stored = present.get(str(pid))
+            if stored is None:
+                continue
+            fields = _sealed(encode_patch(patch), keys, str(pid), owner=stored)
+            ops.append(
+                qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=fields, points=[str(pid)]))
             )
-            for pid, patch in updates
-            if str(pid) in present
-        ]
+            if plain := [k for k in SEALED if k in stored and f"{k}_sealed" in fields]:
+                ops.append(
+                    qm.DeletePayloadOperation(
+                        delete_payload=qm.DeletePayload(keys=plain, points=[str(pid)])
+                    )
+                )
         if ops:
             await self._call(self.client.batch_update_points(self.collection, ops, wait=True))
 
-    def _filter(self, q: VectorQuery) -> qm.Filter:
+    def _filter(self, q: VectorQuery, key: bytes | None) -> qm.Filter:
+        """The query's filter. A metadata value is matched as stored: its tag under the
+        user's `key` (`_sealed`), or as it is on a point written before sealing."""
+        tagged = {meta_path(k): k for k in filterable(q.metadata)} if key is not None else {}
         must: list[qm.Condition] = []
-        for key, value in scope_conditions(q):
+        for path, value in scope_conditions(q):
             match: qm.MatchValue | qm.MatchAny = (
                 qm.MatchAny(any=list(value))
                 if isinstance(value, tuple)
                 else qm.MatchValue(value=value)
             )
-            must.append(qm.FieldCondition(key=key, match=match))
+            condition = qm.FieldCondition(key=path, match=match)
+            if key is not None and path in tagged:
+                tag = _tag(key, q.tenant_id, q.user_id, tagged[path], value)
+                either = [condition, qm.FieldCondition(key=path, match=qm.MatchValue(value=tag))]
+                must.append(qm.Filter(should=either))
+            else:
+                must.append(condition)
         if q.created_from is not None or q.created_to is not None:
             must.append(
                 qm.FieldCondition(
@@ -155,7 +217,13 @@ class QdrantServerIndex:
         return qm.Filter(must=must, must_not=must_not or None)
 
     async def candidates(self, query: VectorQuery) -> CandidateLists:
-        flt = self._filter(query)
+        # The user's key, cached; read again for a metadata filter (a tag under a key from
+        # before an erasure would match none of a user made again under the same id).
+        key = None
+        if self.keys is not None:
+            user = (query.tenant_id, query.user_id)
+            key = await self._call(self.keys.for_read(*user, fresh=bool(query.metadata)))
+        flt = self._filter(query, key)
         requests = [
             qm.QueryRequest(
                 query=query.dense,
@@ -181,8 +249,51 @@ class QdrantServerIndex:
                 )
             )
         responses = await self._call(self.client.query_batch_points(self.collection, requests))
-        hits = [[_hit(p) for p in r.points] for r in responses]
+        opener = await self._opener(query.tenant_id, query.user_id, key, responses)
+        hits = [[_hit(p, payload) for p in r.points if (payload := opener(p))] for r in responses]
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
+
+    async def _keys_for_write(self, owners: set[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+        """Each owner's key, from the table. An owner without one is gone (erased meanwhile;
+        a user's key is made with their row): their text is sealed under a key nobody keeps,
+        and the erasure's last pass deletes the point."""
+        if self.keys is None:
+            return {}
+        out: dict[tuple[str, str], bytes] = {}
+        for tenant_id, user_id in owners:
+            key = await self._call(self.keys.for_write(tenant_id, user_id))
+            out[(tenant_id, user_id)] = key if key is not None else sealing.new_key()
+        return out
+
+    async def _opener(
+        self,
+        tenant_id: str,
+        user_id: str,
+        key: bytes | None,
+        responses: Sequence[qm.QueryResponse],
+    ) -> Any:
+        """A function giving a hit's payload with its text opened; None for one that does
+        not open (sealed under a key that no longer exists: an erased user's). Every hit is
+        the query's user's: one key, `key` from the cache, read again if a hit does not
+        open."""
+        if self.keys is None:
+            return lambda p: p.payload or {}
+        keys = self.keys
+        opened: dict[str, dict[str, Any] | None] = {}
+        for point in (p for r in responses for p in r.points):
+            pid = str(point.id)
+            if pid in opened:
+                continue
+            try:
+                opened[pid] = _opened(point.payload or {}, key, pid)
+            except sealing.SealBroken:
+                key = await self._call(keys.for_read(tenant_id, user_id, fresh=True))
+                try:
+                    opened[pid] = _opened(point.payload or {}, key, pid)
+                except sealing.SealBroken:
+                    log.warning("a point of an erased or re-keyed user does not open: %s", pid)
+                    opened[pid] = None
+        return lambda p: opened.get(str(p.id))
 
     async def count(self) -> int:
         result = await self._call(self.client.count(self.collection, exact=True))
@@ -190,6 +301,8 @@ class QdrantServerIndex:
 
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
         flt = _owner_filter(tenant_id, user_id)
+        if self.keys is not None:  # their key goes with their row, in the erasure's last step
+            self.keys.forget(tenant_id, user_id)
         found = await self._call(self.client.count(self.collection, count_filter=flt, exact=True))
         if found.count:
             selector = qm.FilterSelector(filter=flt)
@@ -253,7 +366,53 @@ def _owner_filter(tenant_id: str, user_id: str) -> qm.Filter:
     )
 
 
-def _hit(p: qm.ScoredPoint) -> VectorHit:
+def _sealed(
+    fields: dict[str, Any],
+    keys: Mapping[tuple[str, str], bytes],
+    pid: str,
+    owner: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`fields` (a payload or a patch) with the user's text sealed under its owner's key,
+    bound to the point and field; unchanged without keys (an index without `UserKeys`)."""
+    if not keys:
+        return fields
+    of = owner if owner is not None else fields
+    tenant_id, user_id = str(of.get("tenant_id")), str(of.get("user_id"))
+    key = keys[(tenant_id, user_id)]
+    out = dict(fields)
+    for name in SEALED:
+        if name in out:
+            where = sealing.place(tenant_id, user_id, pid, name)
+            out[f"{name}_sealed"] = sealing.seal(key, orjson.dumps(out.pop(name)), where)
+    if "meta_filter" in out:  # what metadata filters match: tags, not the values
+        meta = out["meta_filter"].items()
+        out["meta_filter"] = {k: _tag(key, tenant_id, user_id, k, v) for k, v in meta}
+    return out
+
+
+def _tag(key: bytes, tenant_id: str, user_id: str, field: str, value: Any) -> str:
+    """A metadata value as a filter matches it: its tag under the user's key, bound to the
+    field (`filterable`'s key), so equal values of one field of one user match."""
+    where = sealing.place(tenant_id, user_id, "meta_filter", field)
+    return sealing.tag(key, orjson.dumps(value), where)
+
+
+def _opened(payload: Mapping[str, Any], key: bytes | None, pid: str) -> dict[str, Any]:
+    """A stored payload with its sealed text opened (`SealBroken` if it does not open);
+    plain fields, of a point written before sealing, as they are."""
+    out = dict(payload)
+    for name in SEALED:
+        token = out.pop(f"{name}_sealed", None)
+        if token is None:
+            continue
+        if key is None:
+            raise sealing.SealBroken("no key")
+        where = sealing.place(str(out.get("tenant_id")), str(out.get("user_id")), pid, name)
+        out[name] = orjson.loads(sealing.open_sealed(key, token, where))
+    return out
+
+
+def _hit(p: qm.ScoredPoint, payload: Mapping[str, Any]) -> VectorHit:
     named = p.vector if isinstance(p.vector, dict) else {}
     dense: Any = named.get("dense")
     turn: Any = named.get("turn")
@@ -264,6 +423,4 @@ def _hit(p: qm.ScoredPoint) -> VectorHit:
         turn=[float(x) for x in turn] if isinstance(turn, list) else dense_list,
         sparse_ids=list(sparse.indices) if isinstance(sparse, qm.SparseVector) else [],
     )
-    return VectorHit(
-        uuid.UUID(str(p.id)), p.score, MemoryPayload.from_dict(p.payload or {}), vectors
-    )
+    return VectorHit(uuid.UUID(str(p.id)), p.score, MemoryPayload.from_dict(payload), vectors)

@@ -376,9 +376,11 @@ def scope_conditions(q: VectorQuery) -> list[tuple[str, Any]]:
         conds.append(("kind", tuple(q.kinds)))
     if q.source_sessions:
         conds.append(("source_sessions", tuple(q.source_sessions)))
-    for key, value in q.metadata.items():  # see `filterable` above
-        if isinstance(value, bool):
-            conds.append((f'meta_filter."bool:{key}"', int(value)))
-        else:
-            conds.append((f"meta_filter.{key}", value))
+    for key, value in filterable(q.metadata).items():  # booleans under `bool:` keys
+        conds.append((meta_path(key), value))
     return conds
+
+
+def meta_path(key: str) -> str:
+    """The path of a `meta_filter` field (a key of `filterable`) in a filter."""
+    return f'meta_filter."{key}"' if key.startswith("bool:") else f"meta_filter.{key}"

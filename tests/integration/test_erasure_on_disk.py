@@ -108,7 +108,9 @@ async def test_an_erased_users_text_and_ids_leave_every_file_of_the_embedded_sto
         receipt = await _erase(running, user)
         assert receipt["counts"]["messages"] == MESSAGES
         assert receipt["counts"]["index_points"] >= MESSAGES
-        assert receipt["purged_from_disk"] == {"database": True, "index": True, "buffer": True}
+        assert receipt["purged_from_disk"] == dict.fromkeys(
+            ("database", "index", "index_text", "buffer"), True
+        )
 
         after = _files(tmp_path)
         assert _holding(after, marker) == {}
@@ -140,7 +142,13 @@ async def test_the_receipt_says_which_stores_files_are_purged(
     embedded = running.resources.settings.redis_url is None
     # Embedded: SQLite, Qdrant Edge and the in-process buffer, all purged by the service.
     # Full: PostgreSQL, Redis and the Qdrant server keep their own files (docs/privacy.md).
-    assert receipt["purged_from_disk"] == dict.fromkeys(("database", "index", "buffer"), embedded)
+    purged = receipt["purged_from_disk"]
+    assert {k: purged[k] for k in ("database", "index", "buffer")} == dict.fromkeys(
+        ("database", "index", "buffer"), embedded
+    )
+    # The text a Qdrant server keeps was sealed under the user's key, deleted with the user
+    # (tests/integration/test_index_sealing.py); Qdrant Edge's files are purged.
+    assert purged["index_text"] is True
 
 
 def _point(user: str, text: str, rng: np.random.Generator) -> VectorPoint:

@@ -1,0 +1,152 @@
+"""A Qdrant server's files keep what the service cannot purge: the user's text goes into
+them sealed under the user's key, and the erasure destroys the key (docs/privacy.md,
+"What stays on disk"). Shown on qdrant-client's local mode on disk, whose storage file holds
+every payload as it was written, with PostgreSQL and Redis as in production."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from app.core import terms
+from app.settings import Settings
+from app.stores.models import UserKey
+from app.stores.qdrant_server import QdrantServerIndex
+from app.stores.vectors import MemoryPayload, VectorPoint
+from tests.conftest import Running, full_settings, post_messages, recall, turn
+
+
+def _holding(root: Path, needle: str) -> dict[str, int]:
+    raw = needle.encode()
+    found = {p: p.read_bytes().count(raw) for p in root.rglob("*") if p.is_file()}
+    return {p.name: n for p, n in found.items() if n}
+
+
+async def _key_rows(running: Running, user: str) -> int:
+    async with running.resources.db.read() as tx:
+        stmt = sa.select(sa.func.count()).select_from(UserKey)
+        stmt = stmt.where(UserKey.tenant_id == "default", UserKey.user_id == user)
+        return int((await tx.execute(stmt)).scalar_one())
+
+
+async def _erase(running: Running, user: str) -> dict[str, Any]:
+    resp = await running.client.delete(f"/v1/users/{user}", params={"wait": "false"})
+    assert resp.status_code == 202, resp.text
+    for _ in range(1200):  # not a time limit: the job ends, or the test never passes
+        job = (await running.client.get(f"/v1/jobs/{resp.json()['job_id']}")).json()
+        if job["state"] not in ("queued", "running"):
+            break
+        await asyncio.sleep(0.1)
+    assert job["state"] == "succeeded", job
+    result: dict[str, Any] = job["result"]
+    return result
+
+
+async def test_the_servers_files_hold_no_text_and_an_erasure_destroys_its_key(
+    tmp_path: Path, pg_database: str, start_app: Callable[[Settings], Any]
+) -> None:
+    tag = uuid.uuid4().hex[:10]
+    user, other, session = f"sealed-{tag}", f"bystander-{tag}", f"sess-{tag}"
+    marker = f"ZQSEAL{tag}"
+    storage = tmp_path / "qdrant"
+    settings = full_settings(pg_database, qdrant_url=f"path:{storage}")
+    async with start_app(settings) as running:
+        turns = [turn(f"My locker code is {marker}x{i:03d}, remember it.") for i in range(12)]
+        await post_messages(running, session, user, turns)
+        note = await running.client.post(
+            "/v1/memories",
+            json={
+                "user_id": user,
+                "content": f"{marker} likes green tea",
+                "memory_type": "semantic",
+                "metadata": {"topic": "drinks", "notes": [f"{marker} nested"]},
+            },
+        )
+        assert note.status_code == 201, note.text
+        await post_messages(running, f"o-{tag}", other, [turn("I water the ferns on Sundays.")])
+
+        # Recall reads the text back, and filters on plain fields still narrow it.
+        found = await recall(running, user, "locker code", min_relevance=0)
+        assert any(marker in r["content"] for r in found)
+        assert all(r["sources"][0]["session_id"] == session for r in found if r["sources"])
+        tea = await recall(running, user, "green tea", metadata={"topic": "drinks"})
+        assert [r["content"] for r in tea] == [f"{marker} likes green tea"]
+        assert tea[0]["metadata"] == {"topic": "drinks", "notes": [f"{marker} nested"]}
+        # A patch of a sealed field (the metadata) is sealed as well, and reads back.
+        patched = await running.client.patch(
+            f"/v1/memories/{note.json()['id']}",
+            json={"user_id": user, "metadata": {"topic": "tea", "by": f"{marker} patch"}},
+        )
+        assert patched.status_code == 200, patched.text
+        tea = await recall(running, user, "green tea", metadata={"topic": "tea"})
+        assert tea[0]["metadata"] == {"topic": "tea", "by": f"{marker} patch"}
+
+        # The text is nowhere in the server's files; the bystander's ferns neither.
+        assert _holding(storage, marker) == {}
+        assert _holding(storage, "ferns") == {}
+        assert await _key_rows(running, user) == 1
+
+        receipt = await _erase(running, user)
+        assert receipt["purged_from_disk"]["index"] is False  # the server's files are its own
+        assert receipt["purged_from_disk"]["index_text"] is True  # but hold no readable text
+        assert await _key_rows(running, user) == 0
+        assert await _key_rows(running, other) == 1
+        assert await recall(running, user, "locker code", min_relevance=0) == []
+        assert await recall(running, other, "ferns", min_relevance=0)
+
+
+async def test_points_written_before_sealing_read_as_they_are_until_patched(
+    tmp_path: Path, pg_database: str, start_app: Callable[[Settings], Any]
+) -> None:
+    """A point of a user whose text was stored plain (before keys existed) is read as it
+    is; a patch of its metadata seals the new value and drops the plain one."""
+    tag = uuid.uuid4().hex[:10]
+    user, marker = f"legacy-{tag}", f"ZQOLD{tag}"
+    storage = tmp_path / "qdrant"
+    settings = full_settings(pg_database, qdrant_url=f"path:{storage}")
+    async with start_app(settings) as running:
+        written = await running.client.post(
+            "/v1/memories",
+            json={"user_id": user, "content": "Plays the cello", "memory_type": "semantic"},
+        )
+        assert written.status_code == 201, written.text
+        sealed: Any = running.resources.vectors
+        assert isinstance(sealed, QdrantServerIndex)
+        plain = QdrantServerIndex(sealed.client, sealed.collection, sealed.dim, local=True)
+        text = f"Plays the cello since {marker}"
+        payload = MemoryPayload(
+            tenant_id="default",
+            user_id=user,
+            session_id=None,
+            memory_type="semantic",
+            content=text,
+            importance=0.5,
+            sources=[],
+            metadata={"old": marker},
+            created_at=datetime.now(UTC),
+        )
+        dense = (await running.resources.embedder.embed([text]))[0]
+        point = VectorPoint(uuid.uuid4(), list(dense), terms.document_vector(text), payload)
+        await plain.upsert([point])
+        assert _holding(storage, marker)
+
+        found = await recall(running, user, "cello", min_relevance=0)
+        assert text in [r["content"] for r in found]
+        old = await recall(running, user, "cello", metadata={"old": marker}, min_relevance=0)
+        assert [r["content"] for r in old] == [text]  # its plain filter value matches too
+
+        await sealed.set_payload([(point.id, {"metadata": {"new": "value"}})])
+        hits = await sealed.client.retrieve(sealed.collection, [str(point.id)])
+        stored = hits[0].payload
+        assert stored is not None
+        assert "metadata" not in stored
+        assert "metadata_sealed" in stored
+        assert stored["content"] == text  # not patched: plain as it was
+        new = await recall(running, user, "cello", metadata={"new": "value"}, min_relevance=0)
+        assert [(r["content"], r["metadata"]) for r in new] == [(text, {"new": "value"})]
