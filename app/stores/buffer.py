@@ -17,18 +17,21 @@ costs one time-out per window, not one per request.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from app.core import keys
 from app.errors import BufferUnavailable
+from app.stores.purged import Purged
 
 WAKE_CHANNEL = "strata:wake"
 # A wake-up for which a request waits (`Signals.hurry`), tagged with this process, whose
@@ -36,6 +39,27 @@ WAKE_CHANNEL = "strata:wake"
 URGENT_WAKE = b"2:" + os.urandom(6).hex().encode()
 # The change marks' lifetime (app/stores/generations.py, which imports this module).
 GENERATION_TTL_SECONDS = 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class _Rewrite:
+    """A rewrite of one of Redis's files, and the INFO persistence fields that follow it."""
+
+    command: tuple[str, ...]
+    counter: str  # completed rewrites (Redis 7.0+)
+    busy: tuple[str, ...]  # running or scheduled
+    status: str  # the last one's outcome
+
+
+_AOF = _Rewrite(
+    ("BGREWRITEAOF",),
+    "aof_rewrites",
+    ("aof_rewrite_in_progress", "aof_rewrite_scheduled"),
+    "aof_last_bgrewrite_status",
+)
+_RDB = _Rewrite(
+    ("BGSAVE", "SCHEDULE"), "rdb_saves", ("rdb_bgsave_in_progress",), "rdb_last_bgsave_status"
+)
 
 
 def _window_key(tenant_id: str, user_id: str, session_id: str) -> str:
@@ -225,6 +249,69 @@ class Buffer:
     async def drop_scratchpad(self, tenant_id: str, user_id: str, session_id: str) -> None:
         with self._unavailable():
             await self.redis.delete(_scratchpad_key(tenant_id, user_id, session_id))
+
+    async def purge(self, wait_seconds: float) -> Purged:
+        """After an erasure: Redis's files no longer hold the deleted keys (docs/privacy.md,
+        "What stays on disk"). An RDB snapshot or an AOF written before the erasure holds
+        them until the next: with persistence on, a rewrite of each (`BGREWRITEAOF`,
+        `BGSAVE`) that starts after this call is waited for. Persistence off: nothing to
+        do. A Redis that refuses `CONFIG` (managed services): not known, said so."""
+        deadline = time.monotonic() + wait_seconds
+        with self._unavailable():
+            try:
+                config = {
+                    **await self.redis.config_get("save"),
+                    **await self.redis.config_get("appendonly"),
+                }
+            except ResponseError as exc:
+                return Purged(False, f"Redis refused CONFIG GET ({exc}): its files are not known")
+        rewrites = []
+        if str(config.get("appendonly", "no")) == "yes":
+            rewrites.append(_AOF)
+        if config.get("save"):
+            rewrites.append(_RDB)
+        for rewrite in rewrites:
+            failed = await self._rewrite(rewrite, deadline)
+            if failed:
+                return Purged(False, failed)
+        return Purged(True)
+
+    async def _rewrite(self, rewrite: _Rewrite, deadline: float) -> str | None:
+        """One rewrite that starts after the call, done; or why it could not be."""
+        while True:
+            with self._unavailable():
+                # In a transaction Redis schedules the rewrite for when no other child
+                # runs, and the counter read with it is the one its completion moves on.
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.info("persistence")
+                    pipe.execute_command(*rewrite.command)
+                    info, reply = await pipe.execute(raise_on_error=False)
+            if not isinstance(reply, Exception):
+                break
+            if "already in progress" not in str(reply):  # refused (ACL, a managed Redis)
+                return f"Redis refused {' '.join(rewrite.command)} ({reply})"
+            await self._until(deadline, rewrite)  # one begun before us does not count
+        if rewrite.counter not in info:
+            return f"Redis before 7.0 does not tell when {rewrite.command[0]} is done"
+        info = await self._until(deadline, rewrite, after=int(info[rewrite.counter]))
+        if info[rewrite.status] != "ok":
+            return f"{rewrite.command[0]} failed ({rewrite.status}: {info[rewrite.status]})"
+        return None
+
+    async def _until(
+        self, deadline: float, rewrite: _Rewrite, *, after: int = -1
+    ) -> dict[str, Any]:
+        """INFO persistence once none of `rewrite`'s kind is running or scheduled, and
+        more than `after` of them have completed."""
+        while True:
+            with self._unavailable():
+                info: dict[str, Any] = await self.redis.info("persistence")
+            busy = any(int(info.get(flag, 0)) for flag in rewrite.busy)
+            if not busy and int(info.get(rewrite.counter, 0)) > after:
+                return info
+            if time.monotonic() > deadline:
+                raise BufferUnavailable(f"{rewrite.command[0]} did not finish in time")
+            await asyncio.sleep(0.05)
 
     async def ping(self) -> float:
         start = time.perf_counter()

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -41,7 +42,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from app.errors import DatabaseUnavailable
-from app.stores import changes
+from app.stores import changes, pg_purge
+from app.stores.purged import Purged
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -179,6 +181,10 @@ class Database:
         self._on_commit: list[CommitHook] = []
         # SQLite has one writer at a time: the process's writers queue here, in order.
         self._writer = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        # Purges after erasures, one at a time; those asking meanwhile share the next.
+        self._purge_turn = asyncio.Lock()
+        self._purges_started = self._purges_done = 0
+        self._last_purge: Purged | None = None
 
     @property
     def dialect(self) -> str:
@@ -200,30 +206,65 @@ class Database:
 
     @property
     def purges_from_disk(self) -> bool:
-        """Whether `purge` leaves no byte of deleted rows in the database's files."""
+        """Whether `purge` always leaves no byte of deleted rows in the database's files
+        (SQLite); PostgreSQL's purge proves it or says why not (`app.stores.pg_purge`)."""
         return self.dialect == "sqlite"
 
-    async def purge(self) -> bool:
-        """After an erasure: no byte of deleted rows left in the database's files. SQLite
-        leaves a deleted row's bytes in its page until reused, and zeroing them as they go
-        (`secure_delete`) misses the copies a page split leaves in the free space of pages
-        that live on (their other rows are other users'); its write-ahead log holds the
-        pages as they were written. So the file is rebuilt (`VACUUM`: every live row copied
-        into fresh pages, 0.4 s at 34 MB here, docs/privacy.md), then checkpointed and the
-        log truncated to nothing; the process's writers wait meanwhile, readers do not.
-        Readers in the middle of a statement hold the log: the checkpoint is tried again
-        until they are done. PostgreSQL: nothing is done (its dead rows stay in its pages
-        and its WAL until overwritten, docs/privacy.md); False."""
-        if not self.purges_from_disk:
-            return False
+    async def purge_blockers(self) -> list[str]:
+        """What keeps `purge` from proving the database's files free of deleted rows,
+        each naming the setting to change (logged at start); empty on SQLite."""
+        if self.dialect == "sqlite":
+            return []
+        async with self.engine.connect() as conn:
+            return await pg_purge.blockers(await _driver(conn))
+
+    async def purge(
+        self,
+        tables: Sequence[str] = (),
+        *,
+        lock_timeout_seconds: float = 1.0,
+        wait_seconds: float = 60.0,
+    ) -> Purged:
+        """After an erasure: no byte of deleted rows left in the database's files, proven,
+        or why not. Erasures asking while one runs share the next: it starts after each of
+        them asked, so after their deletes. PostgreSQL: `tables` rewritten and the WAL
+        switched and checkpointed (`app.stores.pg_purge`, its waits bounded by
+        `lock_timeout_seconds` and `wait_seconds`). SQLite: the whole file (`tables` unused).
+        """
+        asked = self._purges_started + 1
+        async with self._purge_turn:
+            if self._last_purge is not None and self._purges_done >= asked:
+                return self._last_purge
+            self._purges_started += 1
+            number = self._purges_started
+            if self.dialect == "sqlite":
+                purged = await self._purge_sqlite()
+            else:
+                async with self.engine.connect() as conn:
+                    purged = await pg_purge.purge(
+                        await _driver(conn),
+                        tables,
+                        lock_timeout_seconds=lock_timeout_seconds,
+                        wait_seconds=wait_seconds,
+                    )
+            self._purges_done, self._last_purge = number, purged
+            return purged
+
+    async def _purge_sqlite(self) -> Purged:
+        """SQLite leaves a deleted row's bytes in its page until reused, and zeroing them
+        as they go (`secure_delete`) misses the copies a page split leaves in the free space
+        of pages that live on (their other rows are other users'); its write-ahead log holds
+        the pages as they were written. So the file is rebuilt (`VACUUM`: every live row
+        copied into fresh pages, 0.4 s at 34 MB here, docs/privacy.md), then checkpointed
+        and the log truncated to nothing; the process's writers wait meanwhile, readers do
+        not. Readers in the middle of a statement hold the log: the checkpoint is tried
+        again until they are done."""
         assert self._writer is not None
         deadline = time.monotonic() + WRITER_WAIT_SECONDS
         vacuumed = False
         while True:
             async with self._writer, self.engine.connect() as conn:
-                raw = await conn.get_raw_connection()
-                driver = raw.driver_connection
-                assert driver is not None
+                driver = await _driver(conn)
                 if not vacuumed:
                     await driver.execute("VACUUM")
                     vacuumed = True
@@ -231,7 +272,7 @@ class Database:
                 busy, _, _ = await cursor.fetchone()
                 await cursor.close()
             if not busy:
-                return True
+                return Purged(True)
             if time.monotonic() > deadline:
                 raise DatabaseUnavailable("the database's log could not be emptied: readers")
             await asyncio.sleep(0.05)
@@ -244,6 +285,15 @@ class Database:
         await self.engine.dispose()
         if self.reader is not self.engine:
             await self.reader.dispose()
+
+
+async def _driver(conn: AsyncConnection) -> Any:
+    """The driver's own connection (aiosqlite's or asyncpg's), outside any transaction:
+    `VACUUM` cannot run in one."""
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    assert driver is not None
+    return driver
 
 
 # How long a write waits for the process's SQLite writer (SQLite's busy time-out is the same).
