@@ -155,6 +155,22 @@ async def _open_vectors(vectors: VectorIndex, db: Database, *, embedded: bool) -
             cast(QdrantEdgeIndex, vectors).load_uses(await memory_store.uses(tx))
 
 
+async def _warn_purge_blockers(db: Database) -> None:
+    """Once at start: what keeps an erasure's receipt from saying the database's files are
+    purged (docs/privacy.md, "What stays on disk"), naming what to change."""
+    try:
+        reasons = await db.purge_blockers()
+    except Exception as exc:  # a database not up yet is the probes' to report, not ours
+        log.warning("could not check the database's purge settings: %s", type(exc).__name__)
+        return
+    if reasons:
+        log.warning(
+            "erasure receipts will say purged_from_disk.database false: %s "
+            "(or STRATA_ERASURE_PURGE_DATABASE=false to skip the purge)",
+            "; ".join(reasons),
+        )
+
+
 @contextlib.asynccontextmanager
 async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     async with contextlib.AsyncExitStack() as stack:
@@ -166,6 +182,8 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
             create_engine(dsn, readonly=True) if settings.is_sqlite else None,
         )
         stack.push_async_callback(db.close)
+        if settings.erasure_purge_database:
+            await _warn_purge_blockers(db)
 
         redis = _redis(settings)
         breaker = Breaker(settings.redis_retry_seconds)

@@ -441,6 +441,22 @@ class Settings(BaseSettings):
         description="how long `DELETE /v1/users/{id}` waits for its erasure job before it "
         "answers 202 with the job instead of 200 with the receipt",
     )
+    erasure_purge_database: bool = Field(
+        default=True,
+        description="after an erasure, purge the database's files of the deleted rows "
+        "(docs/privacy.md, 'What stays on disk'). PostgreSQL: VACUUM FULL of the tables that "
+        "held them, which locks each table against every request while it is rewritten "
+        "(seconds per million messages), then a WAL switch and CHECKPOINT; SQLite: VACUUM. "
+        "Off: receipts say `purged_from_disk.database` false",
+    )
+    erasure_purge_lock_timeout_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="PostgreSQL: how long the purge's VACUUM FULL waits for a table's lock "
+        "before it lets go and tries again (requests touching the table queue behind it "
+        "while it waits)",
+    )
 
     # Recall scoring (docs/architecture.md §3); defaults from the LoCoMo benchmark.
     weight_semantic: float = Field(

@@ -179,6 +179,8 @@ def build_container(resources: Resources) -> Container:
             max_attempts=r.settings.job_max_attempts,
             wait_seconds=r.settings.erasure_wait_seconds,
             buffer_on_disk=r.settings.redis_url is not None,
+            purge_database=r.settings.erasure_purge_database,
+            purge_lock_timeout_seconds=r.settings.erasure_purge_lock_timeout_seconds,
         ),
         metrics=MetricsService(r.db, r.metrics),
         forgetting=ForgettingService(

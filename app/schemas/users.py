@@ -52,8 +52,9 @@ class PurgedFromDisk(BaseModel):
     database: bool = Field(
         default=False,
         description="SQLite (embedded): the file rebuilt from its live rows (VACUUM) and "
-        "its write-ahead log emptied; PostgreSQL: false, dead rows stay in its files until "
-        "their space is reused",
+        "its write-ahead log emptied; PostgreSQL: the tables that held the user's rows "
+        "rewritten (VACUUM FULL) and no WAL segment from before the purge left in pg_wal, "
+        "checked; false when it could not be proven (`notes.database` says why)",
     )
     index: bool = Field(
         default=False,
@@ -72,9 +73,15 @@ class PurgedFromDisk(BaseModel):
     )
     buffer: bool = Field(
         default=False,
-        description="the embedded buffer holds nothing on disk: true; Redis: false, a "
-        "snapshot or append-only file written before the erasure holds the keys until the "
-        "next one",
+        description="the embedded buffer holds nothing on disk: true; Redis: its snapshot "
+        "(RDB) and append-only file (AOF) rewritten after the erasure, or persistence off; "
+        "false when that could not be done or checked (`notes.buffer` says why)",
+    )
+    notes: dict[str, str] = Field(
+        default_factory=dict,
+        description="why a store's files are not known to be purged, keyed by the field "
+        "that is false (e.g. `database`: a server setting to change); absent stores are "
+        "purged or have no note",
     )
 
 

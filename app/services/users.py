@@ -34,10 +34,14 @@ from app.stores import users as user_store
 from app.stores.buffer import Buffer
 from app.stores.db import Database
 from app.stores.models import Job, Session, Summary, User
+from app.stores.purged import Purged
 from app.stores.users import Row
 from app.stores.vectors import VectorIndex
 
 ERASE_USER = "erase_user"
+# How long a purge waits for a lock, an older transaction or a Redis rewrite before the job
+# lets go and retries later (docs/privacy.md, "What stays on disk").
+PURGE_WAIT_SECONDS = 60.0
 
 
 class EraseUser(BaseModel):
@@ -401,11 +405,17 @@ class ErasureService:
         wait_seconds: float,
         batch: int = 500,
         buffer_on_disk: bool = True,
+        purge_database: bool = True,
+        purge_lock_timeout_seconds: float = 1.0,
     ) -> None:
         """`buffer_on_disk`: the buffer is a Redis server, whose snapshot files may hold
-        deleted keys (False for the embedded stand-in, which writes no file)."""
+        deleted keys (False for the embedded stand-in, which writes no file).
+        `purge_database`: purge the database's files after each erasure (`Database.purge`;
+        `STRATA_ERASURE_PURGE_DATABASE`)."""
         self.db = db
         self.buffer_on_disk = buffer_on_disk
+        self.purge_database = purge_database
+        self.purge_lock_timeout_seconds = purge_lock_timeout_seconds
         self.buffer = buffer
         self.vectors = vectors
         self.max_attempts = max_attempts
@@ -500,7 +510,7 @@ class ErasureService:
             if receipt and user is None:  # the crash may have come before Redis was done
                 await self.buffer.drop_user(tenant_id, user_id)
             if receipt:  # the crash may have come before the files were purged: again
-                await self._purge_disk()
+                receipt = await self._purge_disk(tenant_id, job_id, receipt)
             return receipt or {"user_id": user_id, "counts": dict.fromkeys(ERASED, 0)}
         while await self._sessions_batch(tenant_id, user_id):
             await self.after_batch("sessions")
@@ -519,14 +529,43 @@ class ErasureService:
         # (app/stores/generations.py), a window rebuilt meanwhile. Not counted: the receipt
         # is written; a failure here retries the job, which comes back for this.
         await self.buffer.drop_user(tenant_id, user_id)
-        await self._purge_disk()
+        return await self._purge_disk(tenant_id, job_id, receipt)
+
+    async def _purge_disk(
+        self, tenant_id: str, job_id: uuid.UUID, receipt: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The database's files purged of the deleted rows, the user row and the older
+        copies of the receipt's row included (`Database.purge`), and Redis's
+        (`Buffer.purge`); the receipt rewritten with what each achieved when it differs
+        from what `_finish` wrote (the job row holds ids and counts only). The job succeeds
+        only once this is done, so the receipt's `purged_from_disk` holds when it is read."""
+        purged = dict(receipt.get("purged_from_disk") or {})
+        notes = dict(purged.pop("notes", None) or {})
+        outcomes = {"database": await self._purge_database()}
+        if self.buffer_on_disk:
+            outcomes["buffer"] = await self.buffer.purge(PURGE_WAIT_SECONDS)
+        for store, outcome in outcomes.items():
+            purged[store] = outcome.done
+            notes.pop(store, None)
+            if outcome.reason:
+                notes[store] = outcome.reason
+        if notes:
+            purged["notes"] = notes
+        if purged == receipt.get("purged_from_disk"):
+            return receipt
+        receipt = {**receipt, "purged_from_disk": purged}
+        async with self.db.transaction() as tx:
+            await user_store.record_receipt(tx, tenant_id, job_id, receipt)
         return receipt
 
-    async def _purge_disk(self) -> None:
-        """The database's files purged of the deleted rows, the user row and the older
-        copies of the receipt's row included (`Database.purge`); the job succeeds only once
-        this is done, so the receipt's `purged_from_disk` holds when it is read."""
-        await self.db.purge()
+    async def _purge_database(self) -> Purged:
+        if not self.purge_database:
+            return Purged(False, "the purge is turned off (STRATA_ERASURE_PURGE_DATABASE)")
+        return await self.db.purge(
+            user_store.ERASED_TABLES,
+            lock_timeout_seconds=self.purge_lock_timeout_seconds,
+            wait_seconds=PURGE_WAIT_SECONDS,
+        )
 
     async def after_batch(self, step: str) -> None:
         """Called between batches; a test slows the erasure here to kill it half-way."""

@@ -27,10 +27,30 @@ from app.stores.models import (
     Session,
     Summary,
     User,
+    UserKey,
 )
 from app.stores.sessions import ensure_user
 
 Row = sa.Row[Any]  # a plain row, columns by their SQL names (`metadata`, not `metadata_`)
+
+# Every table an erasure deletes rows from: PostgreSQL rewrites them after it
+# (`Database.purge`, docs/privacy.md "What stays on disk"). A table holding user data
+# that the erasure empties belongs here.
+ERASED_TABLES = tuple(
+    model.__tablename__
+    for model in (
+        Message,
+        Session,
+        Memory,
+        MemoryEvent,
+        Summary,
+        Relation,
+        Entity,
+        Job,
+        User,
+        UserKey,
+    )
+)
 
 
 def _delete(model: Any) -> Any:
