@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import socket
 import uuid
@@ -26,6 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.errors import DatabaseUnavailable
+from app.resources import _warn_purge_blockers
 from app.settings import Settings
 from app.stores.buffer import Buffer
 from app.stores.db import Database, create_engine
@@ -292,6 +294,24 @@ async def test_the_purge_can_be_turned_off(
         purged = (await _erase(running, f"u-{tag}"))["purged_from_disk"]
     assert purged["database"] is False
     assert "STRATA_ERASURE_PURGE_DATABASE" in purged["notes"]["database"]
+
+
+async def test_the_start_warns_naming_the_setting_that_keeps_the_purge_unproven(
+    pg_databases: Callable[[], Awaitable[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    db = Database(create_engine(await pg_databases()))
+    try:
+        async with _wal_recycle("on"):
+            with caplog.at_level(logging.WARNING, logger="strata"):
+                await _warn_purge_blockers(db)
+        async with _wal_recycle("off"):
+            assert await db.purge_blockers() == []  # the rest of this server allows it
+    finally:
+        await db.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "purged_from_disk.database false" in warnings[0]
+    assert "set wal_recycle = off" in warnings[0]
 
 
 @pytest.mark.parametrize("where", ["snapshot here", "transaction elsewhere"])
