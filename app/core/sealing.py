@@ -47,29 +47,54 @@ def place(*parts: str) -> bytes:
     return keys.join(*parts).encode("utf-8", "surrogatepass")
 
 
+def within(owner: bytes, *parts: str) -> bytes:
+    """`place(*owner_parts, *parts)` from `owner = place(*owner_parts)`, for parts that need
+    no escaping (point ids are UUIDs, field names ASCII words): without quoting them again,
+    which was most of opening a value's time (5.8 of ~9 us, measured)."""
+    return b"/".join((owner, *(p.encode("ascii") for p in parts)))
+
+
+class Sealer:
+    """Sealing under one key: its cipher and its tag key made once, for every value of a
+    call (a recall opens up to a hundred points' text with it)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = AESGCM(key)
+        self._tag_key = hmac.digest(key, b"strata filter tags", hashlib.sha256)
+
+    def seal(self, plaintext: bytes, where: bytes) -> str:
+        """`plaintext` sealed for the place `where`, as text a JSON payload holds."""
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, plaintext, where)
+        return PREFIX + base64.b64encode(nonce + sealed).decode("ascii")
+
+    def open(self, token: str, where: bytes) -> bytes:
+        """The plaintext of `seal(plaintext, where)` under this key; `SealBroken` for
+        anything else."""
+        if not token.startswith(PREFIX):
+            raise SealBroken("not a sealed value")
+        try:
+            raw = base64.b64decode(token[len(PREFIX) :], validate=True)
+            if len(raw) < NONCE_BYTES + 16:
+                raise SealBroken("too short")
+            return self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], where)
+        except (InvalidTag, ValueError) as exc:
+            raise SealBroken(str(exc) or type(exc).__name__) from exc
+
+    def tag(self, value: bytes, where: bytes) -> str:
+        """A keyed hash of `value` for equality matching, bound to `where` (which holds no
+        NUL: `place` escapes it). Its own key, derived from the sealing key."""
+        mac = hmac.digest(self._tag_key, where + b"\x00" + value, hashlib.sha256)[:16]
+        return TAG_PREFIX + base64.b64encode(mac).decode("ascii")
+
+
 def seal(key: bytes, plaintext: bytes, where: bytes) -> str:
-    """`plaintext` sealed under `key` for the place `where`, as text a JSON payload holds."""
-    nonce = os.urandom(NONCE_BYTES)
-    sealed = AESGCM(key).encrypt(nonce, plaintext, where)
-    return PREFIX + base64.b64encode(nonce + sealed).decode("ascii")
+    return Sealer(key).seal(plaintext, where)
 
 
 def open_sealed(key: bytes, token: str, where: bytes) -> bytes:
-    """The plaintext of `seal(key, plaintext, where)`; `SealBroken` for anything else."""
-    if not token.startswith(PREFIX):
-        raise SealBroken("not a sealed value")
-    try:
-        raw = base64.b64decode(token[len(PREFIX) :], validate=True)
-        if len(raw) < NONCE_BYTES + 16:
-            raise SealBroken("too short")
-        return AESGCM(key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], where)
-    except (InvalidTag, ValueError) as exc:
-        raise SealBroken(str(exc) or type(exc).__name__) from exc
+    return Sealer(key).open(token, where)
 
 
 def tag(key: bytes, value: bytes, where: bytes) -> str:
-    """A keyed hash of `value` for equality matching, bound to `where` (which holds no NUL:
-    `place` escapes it). Its own key, derived from `key`: never the cipher's."""
-    tag_key = hmac.digest(key, b"strata filter tags", hashlib.sha256)
-    mac = hmac.digest(tag_key, where + b"\x00" + value, hashlib.sha256)[:16]
-    return TAG_PREFIX + base64.b64encode(mac).decode("ascii")
+    return Sealer(key).tag(value, where)

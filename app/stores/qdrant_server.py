@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -129,9 +130,8 @@ class QdrantServerIndex:
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
         if not points:
             return
-        keys = await self._keys_for_write(
-            {(p.payload.tenant_id, p.payload.user_id) for p in points}
-        )
+        owners = {(p.payload.tenant_id, p.payload.user_id) for p in points}
+        sealers = await self._sealers(owners)
         structs = [
             qm.PointStruct(
                 id=str(p.id),
@@ -140,7 +140,7 @@ class QdrantServerIndex:
                     "turn": p.turn_vector,
                     "sparse": qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
                 },
-                payload=_sealed(p.payload.to_dict(), keys, str(p.id)),
+                payload=_sealed(p.payload.to_dict(), sealers, str(p.id)),
             )
             for p in points
         ]
@@ -167,13 +167,13 @@ class QdrantServerIndex:
         )
         present = {str(r.id): r.payload or {} for r in found}
         owners = {(str(p.get("tenant_id")), str(p.get("user_id"))) for p in present.values()}
-        keys = await self._keys_for_write(owners) if self.keys else {}
+        sealers = await self._sealers(owners) if self.keys else {}
         ops: list[qm.UpdateOperation] = []
         for pid, patch in updates:
             stored = present.get(str(pid))
             if stored is None:
                 continue
-            fields = _sealed(encode_patch(patch), keys, str(pid), owner=stored)
+            fields = _sealed(encode_patch(patch), sealers, str(pid), owner=stored)
             ops.append(
                 qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=fields, points=[str(pid)]))
             )
@@ -190,6 +190,8 @@ class QdrantServerIndex:
         """The query's filter. A metadata value is matched as stored: its tag under the
         user's `key` (`_sealed`), or as it is on a point written before sealing."""
         tagged = {meta_path(k): k for k in filterable(q.metadata)} if key is not None else {}
+        sealer = sealing.Sealer(key) if tagged and key is not None else None
+        owner = sealing.place(q.tenant_id, q.user_id)
         must: list[qm.Condition] = []
         for path, value in scope_conditions(q):
             match: qm.MatchValue | qm.MatchAny = (
@@ -198,8 +200,8 @@ class QdrantServerIndex:
                 else qm.MatchValue(value=value)
             )
             condition = qm.FieldCondition(key=path, match=match)
-            if key is not None and path in tagged:
-                tag = _tag(key, q.tenant_id, q.user_id, tagged[path], value)
+            if sealer is not None and path in tagged:
+                tag = _tag(sealer, owner, tagged[path], value)
                 either = [condition, qm.FieldCondition(key=path, match=qm.MatchValue(value=tag))]
                 must.append(qm.Filter(should=either))
             else:
@@ -253,16 +255,17 @@ class QdrantServerIndex:
         hits = [[_hit(p, payload) for p in r.points if (payload := opener(p))] for r in responses]
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
-    async def _keys_for_write(self, owners: set[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+    async def _sealers(self, owners: set[tuple[str, str]]) -> dict[tuple[str, str], _Owner]:
         """Each owner's key, from the table. An owner without one is gone (erased meanwhile;
         a user's key is made with their row): their text is sealed under a key nobody keeps,
         and the erasure's last pass deletes the point."""
         if self.keys is None:
             return {}
-        out: dict[tuple[str, str], bytes] = {}
+        out: dict[tuple[str, str], _Owner] = {}
         for tenant_id, user_id in owners:
             key = await self._call(self.keys.for_write(tenant_id, user_id))
-            out[(tenant_id, user_id)] = key if key is not None else sealing.new_key()
+            sealer = sealing.Sealer(key if key is not None else sealing.new_key())
+            out[(tenant_id, user_id)] = _Owner(sealing.place(tenant_id, user_id), sealer)
         return out
 
     async def _opener(
@@ -279,17 +282,19 @@ class QdrantServerIndex:
         if self.keys is None:
             return lambda p: p.payload or {}
         keys = self.keys
+        owner = _Owner(sealing.place(tenant_id, user_id), sealing.Sealer(key) if key else None)
         opened: dict[str, dict[str, Any] | None] = {}
         for point in (p for r in responses for p in r.points):
             pid = str(point.id)
             if pid in opened:
                 continue
             try:
-                opened[pid] = _opened(point.payload or {}, key, pid)
+                opened[pid] = _opened(point.payload or {}, owner, pid)
             except sealing.SealBroken:
                 key = await self._call(keys.for_read(tenant_id, user_id, fresh=True))
+                owner = _Owner(owner.place, sealing.Sealer(key) if key else None)
                 try:
-                    opened[pid] = _opened(point.payload or {}, key, pid)
+                    opened[pid] = _opened(point.payload or {}, owner, pid)
                 except sealing.SealBroken:
                     log.warning("a point of an erased or re-keyed user does not open: %s", pid)
                     opened[pid] = None
@@ -366,49 +371,58 @@ def _owner_filter(tenant_id: str, user_id: str) -> qm.Filter:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    """A user's place (`sealing.place(tenant, user)`) and sealer (None: they have no key)."""
+
+    place: bytes
+    sealer: sealing.Sealer | None
+
+
 def _sealed(
     fields: dict[str, Any],
-    keys: Mapping[tuple[str, str], bytes],
+    owners: Mapping[tuple[str, str], _Owner],
     pid: str,
     owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`fields` (a payload or a patch) with the user's text sealed under its owner's key,
-    bound to the point and field; unchanged without keys (an index without `UserKeys`)."""
-    if not keys:
+    bound to the point and field; unchanged without keys (an index without `UserKeys`).
+    `owner`: the stored payload naming the point's owner, for a patch."""
+    if not owners:
         return fields
     of = owner if owner is not None else fields
-    tenant_id, user_id = str(of.get("tenant_id")), str(of.get("user_id"))
-    key = keys[(tenant_id, user_id)]
+    mine = owners[(str(of.get("tenant_id")), str(of.get("user_id")))]
+    assert mine.sealer is not None  # `_sealers` makes one for every owner
     out = dict(fields)
     for name in SEALED:
         if name in out:
-            where = sealing.place(tenant_id, user_id, pid, name)
-            out[f"{name}_sealed"] = sealing.seal(key, orjson.dumps(out.pop(name)), where)
+            where = sealing.within(mine.place, pid, name)
+            out[f"{name}_sealed"] = mine.sealer.seal(orjson.dumps(out.pop(name)), where)
     if "meta_filter" in out:  # what metadata filters match: tags, not the values
         meta = out["meta_filter"].items()
-        out["meta_filter"] = {k: _tag(key, tenant_id, user_id, k, v) for k, v in meta}
+        out["meta_filter"] = {k: _tag(mine.sealer, mine.place, k, v) for k, v in meta}
     return out
 
 
-def _tag(key: bytes, tenant_id: str, user_id: str, field: str, value: Any) -> str:
+def _tag(sealer: sealing.Sealer, owner: bytes, field: str, value: Any) -> str:
     """A metadata value as a filter matches it: its tag under the user's key, bound to the
-    field (`filterable`'s key), so equal values of one field of one user match."""
-    where = sealing.place(tenant_id, user_id, "meta_filter", field)
-    return sealing.tag(key, orjson.dumps(value), where)
+    field (`filterable`'s key, escaped: any text), so equal values of one field match."""
+    where = owner + b"/" + sealing.place("meta_filter", field)
+    return sealer.tag(orjson.dumps(value), where)
 
 
-def _opened(payload: Mapping[str, Any], key: bytes | None, pid: str) -> dict[str, Any]:
-    """A stored payload with its sealed text opened (`SealBroken` if it does not open);
-    plain fields, of a point written before sealing, as they are."""
+def _opened(payload: Mapping[str, Any], owner: _Owner, pid: str) -> dict[str, Any]:
+    """A stored payload of `owner`'s with its sealed text opened (`SealBroken` if it does
+    not open); plain fields, of a point written before sealing, as they are."""
     out = dict(payload)
     for name in SEALED:
         token = out.pop(f"{name}_sealed", None)
         if token is None:
             continue
-        if key is None:
+        if owner.sealer is None:
             raise sealing.SealBroken("no key")
-        where = sealing.place(str(out.get("tenant_id")), str(out.get("user_id")), pid, name)
-        out[name] = orjson.loads(sealing.open_sealed(key, token, where))
+        where = sealing.within(owner.place, pid, name)
+        out[name] = orjson.loads(owner.sealer.open(token, where))
     return out
 
 

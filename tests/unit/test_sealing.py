@@ -60,3 +60,19 @@ def test_an_altered_value_does_not_open() -> None:
     for junk in ("hello", sealing.PREFIX + "!!", sealing.PREFIX + "AAAA"):
         with pytest.raises(sealing.SealBroken):
             sealing.open_sealed(KEY, junk, WHERE)
+
+
+def test_within_is_place_for_a_point_and_a_field() -> None:
+    pid = "3f2a0c7e-1111-2222-3333-444455556666"
+    owner = sealing.place("acme/x", "ana b")
+    assert sealing.within(owner, pid, "content") == sealing.place("acme/x", "ana b", pid, "content")
+
+
+def test_a_tag_is_the_same_for_the_same_value_key_and_place_only() -> None:
+    sealer = sealing.Sealer(KEY)
+    same = sealer.tag(b'"gear"', WHERE)
+    assert same == sealing.Sealer(KEY).tag(b'"gear"', WHERE)
+    assert "gear" not in same
+    assert same != sealer.tag(b'"food"', WHERE)
+    assert same != sealer.tag(b'"gear"', sealing.place("acme", "bob", "7f0c", "content"))
+    assert same != sealing.Sealer(sealing.new_key()).tag(b'"gear"', WHERE)
