@@ -45,6 +45,21 @@ class ErasureCounts(BaseModel):
         return cls(**dict.fromkeys(ERASED, 0))
 
 
+class PurgeNotes(BaseModel):
+    """Why a store of `PurgedFromDisk` is false, when the purge knows (docs/privacy.md,
+    "What stays on disk"); null otherwise."""
+
+    database: str | None = Field(
+        default=None,
+        description="e.g. a PostgreSQL setting that keeps old WAL (`wal_recycle`), or the "
+        "purge turned off (`STRATA_ERASURE_PURGE_DATABASE`)",
+    )
+    index: str | None = None
+    buffer: str | None = Field(
+        default=None, description="e.g. a Redis that refuses `CONFIG GET` (managed services)"
+    )
+
+
 class PurgedFromDisk(BaseModel):
     """Per store, whether no byte of what the erasure deleted is left in its files once the
     job succeeded (docs/privacy.md, "What stays on disk")."""
@@ -77,11 +92,10 @@ class PurgedFromDisk(BaseModel):
         "(RDB) and append-only file (AOF) rewritten after the erasure, or persistence off; "
         "false when that could not be done or checked (`notes.buffer` says why)",
     )
-    notes: dict[str, str] = Field(
-        default_factory=dict,
-        description="why a store's files are not known to be purged, keyed by the field "
-        "that is false (e.g. `database`: a server setting to change); absent stores are "
-        "purged or have no note",
+    notes: PurgeNotes = Field(
+        default_factory=PurgeNotes,
+        description="why a store's files are not known to be purged, under the field that "
+        "is false (e.g. `database`: a server setting to change)",
     )
 
 

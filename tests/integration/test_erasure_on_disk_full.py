@@ -291,9 +291,13 @@ async def test_the_purge_can_be_turned_off(
     async with start_app(settings) as running:
         tag = uuid.uuid4().hex[:10]
         await post_messages(running, f"s-{tag}", f"u-{tag}", [turn("I like plums.")])
-        purged = (await _erase(running, f"u-{tag}"))["purged_from_disk"]
+        # The answer of a DELETE that waited for the job: the receipt's schema.
+        answer = await running.client.delete(f"/v1/users/u-{tag}")
+    assert answer.status_code == 200, answer.text
+    purged = answer.json()["purged_from_disk"]
     assert purged["database"] is False
     assert "STRATA_ERASURE_PURGE_DATABASE" in purged["notes"]["database"]
+    assert purged["notes"]["buffer"] is None
 
 
 async def test_the_start_warns_naming_the_setting_that_keeps_the_purge_unproven(
