@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,7 +252,10 @@ class QdrantServerIndex:
             )
         responses = await self._call(self.client.query_batch_points(self.collection, requests))
         opener = await self._opener(query.tenant_id, query.user_id, key, responses)
-        hits = [[_hit(p, payload) for p in r.points if (payload := opener(p))] for r in responses]
+        hits = [
+            [_hit(p, payload) for p in r.points if (payload := opener(p)) is not None]
+            for r in responses
+        ]
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
     async def _sealers(self, owners: set[tuple[str, str]]) -> dict[tuple[str, str], _Owner]:
@@ -274,15 +277,16 @@ class QdrantServerIndex:
         user_id: str,
         key: bytes | None,
         responses: Sequence[qm.QueryResponse],
-    ) -> Any:
+    ) -> Callable[[qm.ScoredPoint], dict[str, Any] | None]:
         """A function giving a hit's payload with its text opened; None for one that does
         not open (sealed under a key that no longer exists: an erased user's). Every hit is
-        the query's user's: one key, `key` from the cache, read again if a hit does not
-        open."""
+        the query's user's: one key, `key` from the cache, read again (once a call) if a
+        hit does not open."""
         if self.keys is None:
             return lambda p: p.payload or {}
         keys = self.keys
         owner = _Owner(sealing.place(tenant_id, user_id), sealing.Sealer(key) if key else None)
+        fresh = False
         opened: dict[str, dict[str, Any] | None] = {}
         for point in (p for r in responses for p in r.points):
             pid = str(point.id)
@@ -290,14 +294,17 @@ class QdrantServerIndex:
                 continue
             try:
                 opened[pid] = _opened(point.payload or {}, owner, pid)
+                continue
             except sealing.SealBroken:
-                key = await self._call(keys.for_read(tenant_id, user_id, fresh=True))
-                owner = _Owner(owner.place, sealing.Sealer(key) if key else None)
-                try:
-                    opened[pid] = _opened(point.payload or {}, owner, pid)
-                except sealing.SealBroken:
-                    log.warning("a point of an erased or re-keyed user does not open: %s", pid)
-                    opened[pid] = None
+                if not fresh:
+                    fresh = True
+                    key = await self._call(keys.for_read(tenant_id, user_id, fresh=True))
+                    owner = _Owner(owner.place, sealing.Sealer(key) if key else None)
+            try:
+                opened[pid] = _opened(point.payload or {}, owner, pid)
+            except sealing.SealBroken:
+                log.warning("a point of an erased or re-keyed user does not open: %s", pid)
+                opened[pid] = None
         return lambda p: opened.get(str(p.id))
 
     async def count(self) -> int:

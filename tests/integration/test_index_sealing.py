@@ -18,7 +18,7 @@ from app.core import terms
 from app.settings import Settings
 from app.stores.models import UserKey
 from app.stores.qdrant_server import QdrantServerIndex
-from app.stores.vectors import MemoryPayload, VectorPoint
+from app.stores.vectors import MemoryPayload, VectorPoint, VectorQuery
 from tests.conftest import Running, full_settings, post_messages, recall, turn
 
 
@@ -150,3 +150,68 @@ async def test_points_written_before_sealing_read_as_they_are_until_patched(
         assert stored["content"] == text  # not patched: plain as it was
         new = await recall(running, user, "cello", metadata={"new": "value"}, min_relevance=0)
         assert [(r["content"], r["metadata"]) for r in new] == [(text, {"new": "value"})]
+
+
+async def test_a_point_whose_key_is_gone_is_left_out_and_a_new_key_is_read_again(
+    tmp_path: Path,
+) -> None:
+    """Recall reads keys through a cache: a point sealed under a key the table no longer
+    holds (its user erased) is left out of the candidates; one sealed under a newer key
+    (the user made again under the same id, in another process) makes it read the key
+    again, and opens."""
+    from qdrant_client import AsyncQdrantClient
+
+    from app.stores import sessions as session_store
+    from app.stores import user_keys
+    from app.stores.db import Database, create_engine, migrate
+    from app.stores.user_keys import UserKeys
+
+    dsn = f"sqlite+aiosqlite:///{tmp_path}/k.db"
+    await migrate(dsn)
+    db = Database(create_engine(dsn))
+    client = AsyncQdrantClient(location=":memory:")
+    index = QdrantServerIndex(client, "c", 8, local=True, keys=UserKeys(db))
+    elsewhere = QdrantServerIndex(client, "c", 8, local=True, keys=UserKeys(db))  # a process
+    await index.ensure_collection()
+
+    async def make_user() -> None:
+        async with db.transaction() as tx:
+            await session_store.ensure_user(tx, "default", "ana", datetime.now(UTC))
+
+    async def erase_key() -> None:
+        async with db.transaction() as tx:
+            await user_keys.delete(tx, "default", "ana")
+
+    def point(text: str) -> VectorPoint:
+        payload = MemoryPayload(
+            tenant_id="default",
+            user_id="ana",
+            session_id=None,
+            memory_type="semantic",
+            content=text,
+            importance=0.5,
+            sources=[],
+            metadata={},
+            created_at=datetime.now(UTC),
+        )
+        return VectorPoint(uuid.uuid4(), [1.0] * 8, terms.document_vector(text), payload)
+
+    async def texts() -> list[str]:
+        query = VectorQuery("default", "ana", [1.0] * 8, terms.query_vector("tea"), limit=10)
+        lists = await index.candidates(query)
+        return sorted(h.payload.content for h in lists.dense)
+
+    try:
+        await make_user()
+        await index.upsert([point("likes tea")])
+        assert await texts() == ["likes tea"]  # the key is cached now
+
+        await erase_key()  # erased elsewhere: this process still caches the old key
+        assert await texts() == ["likes tea"]
+        await make_user()  # made again: a new key, which sealing reads from the table
+        await elsewhere.upsert([point("likes green tea")])
+        # The old point no longer opens: left out. The new one opens once the key is read.
+        assert await texts() == ["likes green tea"]
+    finally:
+        await client.close()
+        await db.close()
