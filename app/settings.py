@@ -458,6 +458,15 @@ class Settings(BaseSettings):
         "before it lets go and tries again (requests touching the table queue behind it "
         "while it waits)",
     )
+    erasure_purge_wait_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="how long an erasure's purge waits, per attempt of its job, for what "
+        "holds it up: a PostgreSQL transaction older than the deletes (a backup's snapshot), "
+        "a table's lock, a Redis rewrite. Then the attempt fails and the job retries; the "
+        "last attempt succeeds with `purged_from_disk` false and the reason instead",
+    )
 
     # Recall scoring (docs/architecture.md §3); defaults from the LoCoMo benchmark.
     weight_semantic: float = Field(

@@ -181,6 +181,7 @@ def build_container(resources: Resources) -> Container:
             buffer_on_disk=r.settings.redis_url is not None,
             purge_database=r.settings.erasure_purge_database,
             purge_lock_timeout_seconds=r.settings.erasure_purge_lock_timeout_seconds,
+            purge_wait_seconds=r.settings.erasure_purge_wait_seconds,
         ),
         metrics=MetricsService(r.db, r.metrics),
         forgetting=ForgettingService(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from app.errors import UserNotFound
+from app.errors import Unavailable, UserNotFound
 from app.schemas.users import ERASED, ErasureCounts, ErasureReceipt, PurgedFromDisk
 from app.services.job_kinds import JobContext, JobKind
 from app.stores import jobs as job_store
@@ -39,9 +39,6 @@ from app.stores.users import Row
 from app.stores.vectors import VectorIndex
 
 ERASE_USER = "erase_user"
-# How long a purge waits for a lock, an older transaction or a Redis rewrite before the job
-# lets go and retries later (docs/privacy.md, "What stays on disk").
-PURGE_WAIT_SECONDS = 60.0
 
 
 class EraseUser(BaseModel):
@@ -407,15 +404,18 @@ class ErasureService:
         buffer_on_disk: bool = True,
         purge_database: bool = True,
         purge_lock_timeout_seconds: float = 1.0,
+        purge_wait_seconds: float = 60.0,
     ) -> None:
         """`buffer_on_disk`: the buffer is a Redis server, whose snapshot files may hold
         deleted keys (False for the embedded stand-in, which writes no file).
         `purge_database`: purge the database's files after each erasure (`Database.purge`;
-        `STRATA_ERASURE_PURGE_DATABASE`)."""
+        `STRATA_ERASURE_PURGE_DATABASE`); `purge_wait_seconds`: how long a purge waits,
+        per attempt, for a lock, an older transaction or a Redis rewrite."""
         self.db = db
         self.buffer_on_disk = buffer_on_disk
         self.purge_database = purge_database
         self.purge_lock_timeout_seconds = purge_lock_timeout_seconds
+        self.purge_wait_seconds = purge_wait_seconds
         self.buffer = buffer
         self.vectors = vectors
         self.max_attempts = max_attempts
@@ -496,11 +496,16 @@ class ErasureService:
         return JobKind(ERASE_USER, EraseUser, self._erase_job)
 
     async def _erase_job(self, ctx: JobContext, payload: EraseUser) -> dict[str, Any]:
-        return await self.run(ctx.tenant_id, payload.user_id, ctx.job_id)
+        last = ctx.attempt >= ctx.max_attempts
+        return await self.run(ctx.tenant_id, payload.user_id, ctx.job_id, last_attempt=last)
 
-    async def run(self, tenant_id: str, user_id: str, job_id: uuid.UUID) -> dict[str, Any]:
+    async def run(
+        self, tenant_id: str, user_id: str, job_id: uuid.UUID, *, last_attempt: bool = False
+    ) -> dict[str, Any]:
         """Erase what is left of the user; the receipt. Idempotent: a run after a crash
-        goes on where the last stopped; a run after the end finds the receipt."""
+        goes on where the last stopped; a run after the end finds the receipt. On the
+        `last_attempt`, a purge that cannot finish (a long transaction, a backup holding
+        its snapshot) no longer fails the job: the receipt says so instead."""
         async with self.db.read() as tx:
             user = await user_store.get(tx, tenant_id, user_id)
             job = await job_store.get(tx, tenant_id, job_id)
@@ -510,7 +515,7 @@ class ErasureService:
             if receipt and user is None:  # the crash may have come before Redis was done
                 await self.buffer.drop_user(tenant_id, user_id)
             if receipt:  # the crash may have come before the files were purged: again
-                receipt = await self._purge_disk(tenant_id, job_id, receipt)
+                receipt = await self._purge_disk(tenant_id, job_id, receipt, last_attempt)
             return receipt or {"user_id": user_id, "counts": dict.fromkeys(ERASED, 0)}
         while await self._sessions_batch(tenant_id, user_id):
             await self.after_batch("sessions")
@@ -529,10 +534,10 @@ class ErasureService:
         # (app/stores/generations.py), a window rebuilt meanwhile. Not counted: the receipt
         # is written; a failure here retries the job, which comes back for this.
         await self.buffer.drop_user(tenant_id, user_id)
-        return await self._purge_disk(tenant_id, job_id, receipt)
+        return await self._purge_disk(tenant_id, job_id, receipt, last_attempt)
 
     async def _purge_disk(
-        self, tenant_id: str, job_id: uuid.UUID, receipt: dict[str, Any]
+        self, tenant_id: str, job_id: uuid.UUID, receipt: dict[str, Any], last_attempt: bool
     ) -> dict[str, Any]:
         """The database's files purged of the deleted rows, the user row and the older
         copies of the receipt's row included (`Database.purge`), and Redis's
@@ -541,9 +546,11 @@ class ErasureService:
         only once this is done, so the receipt's `purged_from_disk` holds when it is read."""
         purged = dict(receipt.get("purged_from_disk") or {})
         notes = dict(purged.pop("notes", None) or {})
-        outcomes = {"database": await self._purge_database()}
+        outcomes = {"database": await _settled(self._purge_database(), last_attempt)}
         if self.buffer_on_disk:
-            outcomes["buffer"] = await self.buffer.purge(PURGE_WAIT_SECONDS)
+            outcomes["buffer"] = await _settled(
+                self.buffer.purge(self.purge_wait_seconds), last_attempt
+            )
         for store, outcome in outcomes.items():
             purged[store] = outcome.done
             notes.pop(store, None)
@@ -564,7 +571,7 @@ class ErasureService:
         return await self.db.purge(
             user_store.ERASED_TABLES,
             lock_timeout_seconds=self.purge_lock_timeout_seconds,
-            wait_seconds=PURGE_WAIT_SECONDS,
+            wait_seconds=self.purge_wait_seconds,
         )
 
     async def after_batch(self, step: str) -> None:
@@ -649,6 +656,18 @@ class ErasureService:
             await user_store.record_receipt(tx, tenant_id, job_id, receipt)
             await user_store.delete(tx, tenant_id, user_id)
         return receipt
+
+
+async def _settled(purge: Awaitable[Purged], last_attempt: bool) -> Purged:
+    """A purge's outcome; one that could not finish in time fails the attempt (the job
+    retries later), except the last, which it leaves with the reason in the receipt: the
+    rows are deleted, and the next erasure's purge takes their bytes with it."""
+    try:
+        return await purge
+    except Unavailable as exc:
+        if not last_attempt:
+            raise
+        return Purged(False, f"not done in the job's attempts: {exc.detail}")
 
 
 def _entity(row: Any) -> dict[str, Any]:

@@ -300,6 +300,28 @@ async def test_the_purge_can_be_turned_off(
     assert purged["notes"]["buffer"] is None
 
 
+async def test_a_purge_held_up_on_the_last_attempt_leaves_its_reason_in_the_receipt(
+    pg_databases: Callable[[], Awaitable[str]], start_app: Callable[[Settings], Any]
+) -> None:
+    """A transaction older than the deletes (a backup's, say) outlasts every attempt: the
+    erasure still succeeds, its receipt saying why the database is not purged."""
+    settings = full_settings(
+        await pg_databases(), erasure_purge_wait_seconds=0.5, job_max_attempts=1
+    )
+    holder = await asyncpg.connect((await pg_databases()).replace("+asyncpg", ""))
+    try:
+        async with start_app(settings) as running:
+            tag = uuid.uuid4().hex[:10]
+            await post_messages(running, f"s-{tag}", f"u-{tag}", [turn("I like plums.")])
+            await holder.execute("BEGIN")
+            await holder.fetchval("SELECT txid_current()")
+            purged = (await _erase(running, f"u-{tag}"))["purged_from_disk"]
+    finally:
+        await holder.close()
+    assert purged["database"] is False
+    assert "older than the erasure" in purged["notes"]["database"], purged
+
+
 async def test_the_start_warns_naming_the_setting_that_keeps_the_purge_unproven(
     pg_databases: Callable[[], Awaitable[str]], caplog: pytest.LogCaptureFixture
 ) -> None:
