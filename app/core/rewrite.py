@@ -140,17 +140,61 @@ def _pos_cut(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def _english_words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+    """The words of `text`, lower-cased, less acronyms ("his IT job" has no "it")."""
+    return [w.lower() for w in _WORD.findall(text) if not (w.isupper() and len(w) > 1)]
 
 
 def needs_context(query: str) -> bool:
     """True when the query leans on the conversation (a pronoun, a demonstrative, an
-    ellipsis); a self-contained query is left alone."""
+    ellipsis); a self-contained query is left alone. Cheap, without the tagger: the
+    heuristic rewrite also leaves a he/she that refers to a person the query names itself
+    (`bound_pronouns`)."""
     if _EN_ELLIPSIS.search(query) or _ZH_ELLIPSIS.search(query):
         return True
     if any(w in _EN_ANAPHORA for w in _english_words(query)):
         return True
     return bool(_ZH_ANAPHORA.search(query))
+
+
+def bound_pronouns(query: str) -> str:
+    """The query with each he/she/his/her/they/their/他/她 that follows a person the query names
+    itself blanked out, at the same length: in "When did Calvin record a podcast with his
+    friends?" or "小王说他什么时候到？" it is that person, not someone of the recent turns.
+    A person: an English name (`_terms_of`' capitalised words), a Chinese one (jieba's
+    `nr`), or a relative the query names ("my sister", 我妈妈). An English object (him,
+    them, an object her) stays: it is someone else. Gender and number are not checked."""
+    if _CJK.search(query):
+        found = [m.start() for m in _ZH_RELATIVE.finditer(query)]
+        at = 0
+        for word, tag in _pos_cut(query):
+            if tag == "nr" and not _ZH_PERSON.fullmatch(word):
+                found.append(at)
+            at += len(word)
+        pattern = _ZH_PERSON
+    else:
+        names = [t for t, weight in _terms_of(query) if weight > 1]
+        found = [m.start() for n in names for m in re.finditer(rf"\b{re.escape(n)}\b", query)]
+        found += [m.start() for m in _EN_RELATIVE.finditer(query)]
+        pattern = _EN_BINDABLE
+    if not found:
+        return query
+    first = min(found)
+
+    def bound(m: re.Match[str]) -> str:
+        word = m.group(0)
+        if m.start() < first or (word.lower() == "her" and _object(m)):
+            return word  # an object is someone else: "Did Tom tell her?"
+        return " " * len(word)
+
+    return pattern.sub(bound, query)
+
+
+def _object(match: re.Match[str]) -> bool:
+    """An English "her" used as an object ("tell her about", "give her?"), not a possessive
+    ("her job"): no word follows it, or a function word does."""
+    after = _WORD.search(match.string, match.end())
+    gap = match.string[match.end() : after.start()] if after else ""
+    return after is None or bool(gap.strip()) or after.group(0).lower() in ENGLISH_STOPWORDS
 
 
 def _terms_of(text: str) -> list[tuple[str, float]]:
@@ -174,6 +218,8 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
                 continue
             if lower in _EN_NOT_SUBJECT or lower in _EN_CALENDAR or lower.endswith("n't"):
                 continue
+            if "'" in lower and lower.split("'")[0] in ENGLISH_STOPWORDS | _EN_ANAPHORA:
+                continue  # "It's", "They're": a pronoun and a verb, never a name
             if lower.endswith("ly") and len(lower) > 4:
                 continue
             # A capital inside a sentence marks a name. At its start it marks a name only
@@ -217,13 +263,15 @@ def salient_terms(turns: Sequence[Turn], *, exclude: str = "", k: int = MAX_TERM
 
 
 def _resolve_person(query: str, name: str) -> str | None:
-    """The query with its first personal pronoun replaced by `name`, if it has one."""
+    """The query with its first personal pronoun that does not refer to a person the query
+    names itself (`bound_pronouns`) replaced by `name`, if it has one."""
+    unbound = bound_pronouns(query)  # same length: its matches' positions are the query's
     for pronoun in _ZH_PERSONAL:
-        if pronoun in query:
-            return query.replace(pronoun, name, 1)
+        if (at := unbound.find(pronoun)) >= 0:
+            return query[:at] + name + query[at + len(pronoun) :]
     match = re.search(
         r"\b(" + "|".join(sorted(_EN_PERSONAL, key=len, reverse=True)) + r")\b",
-        query,
+        unbound,
         re.IGNORECASE,
     )
     if match is None:
@@ -262,7 +310,7 @@ def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
     turns takes their salient terms."""
     asked = query
     query, full = full_names(query, turns)
-    if not needs_context(query):
+    if not needs_context(bound_pronouns(query)):
         if full:
             return Rewrite(asked, query, True, "heuristic", tuple(full))
         return Rewrite(asked, query, False, "none")
@@ -304,7 +352,10 @@ def _person_like(term: str, turns: Sequence[Turn]) -> bool:
 # she/he/她/他, a place for there/那里, anything but a person for it/它/这个.
 _EN_PERSON = re.compile(r"\b(she|he|her|him|his|hers)\b", re.IGNORECASE)
 _EN_PLACE = re.compile(r"\bthere\b", re.IGNORECASE)
-_EN_THING = re.compile(r"\b(it|its)\b", re.IGNORECASE)
+_EN_THING = re.compile(r"\b([Ii]ts?)\b")  # not "IT", the acronym
+# What a name the query gives binds (`bound_pronouns`); not him or them, objects that are
+# someone else.
+_EN_BINDABLE = re.compile(r"\b(she|he|her|his|hers|they|their|theirs)\b", re.IGNORECASE)
 _ZH_PERSON = re.compile(r"[她他](?![们])")
 _ZH_PLACE = re.compile(r"那里|那儿|那边|这里|这儿|这边")
 _ZH_THING = re.compile(r"它(?![们])|这个|那个")
@@ -383,8 +434,9 @@ def resolve_reference(query: str, turns: Sequence[Turn]) -> tuple[str, str] | No
         ),
         (_EN_THING, lambda n: n.kind not in ("person", "place"), True),
     )
+    unbound = bound_pronouns(query)  # same length: its matches' positions are the query's
     for pattern, fits, english in rules:
-        match = pattern.search(query)
+        match = pattern.search(unbound)
         if match is None:
             continue
         target = next((n for n in named if fits(n)), None)

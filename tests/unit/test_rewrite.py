@@ -287,3 +287,55 @@ def test_an_elliptic_follow_up_keeps_the_topic_of_the_last_turns() -> None:
     again = heuristic_rewrite("how many nights again?", hotel)
     assert again.changed
     assert "Grand Hotel" in again.rewritten
+
+
+def test_a_pronoun_that_refers_to_a_person_the_query_names_is_left_alone() -> None:
+    """ "When did Calvin record a podcast with his friends?" became "… with Boston's friends?
+    Dave": his is Calvin, whom the query names, not the newest entity of the turns."""
+    u, a = "user", "assistant"
+    boston = [Turn(u, "I went to Boston with Dave last week."), Turn(a, "It's a nice city!")]
+    for query in (
+        "When did Calvin record a podcast with his friends?",
+        "Why did Caroline choose colors in her pottery project?",
+        "What did my sister say about her job?",
+    ):
+        r = heuristic_rewrite(query, boston)
+        assert (r.rewritten, r.changed) == (query, False), r
+    mum = [Turn(u, "我朋友小王下周来上海。"), Turn(a, "太好了！")]
+    r = heuristic_rewrite("我妈妈说她喜欢什么？", mum)
+    assert (r.rewritten, r.changed) == ("我妈妈说她喜欢什么？", False), r
+    # A pronoun the query does not bind still resolves: to the turns' person.
+    assert heuristic_rewrite("What does she do?", SISTER).rewritten.startswith(
+        "What does Maria do?"
+    )
+    assert heuristic_rewrite("他什么时候到？", mum).rewritten.startswith("小王什么时候到")
+    # Both in one query: the bound one stays, the other resolves.
+    r = heuristic_rewrite("Did Tom tell her about his trip?", SISTER)
+    assert r.rewritten.startswith("Did Tom tell Maria about his trip?"), r
+
+
+def test_a_contraction_of_a_pronoun_is_not_a_name() -> None:
+    """ "It's a photo of my kids." made "her" It's."""
+    turns = [
+        Turn("user", "It's a photo of my kids at the lake."),
+        Turn("assistant", "They're adorable! It's a lovely photo."),
+    ]
+    r = heuristic_rewrite("What did she paint?", turns)
+    assert "It's" not in r.rewritten
+    assert "They're" not in r.rewritten
+
+
+def test_an_acronym_is_not_a_pronoun_and_a_name_binds_their() -> None:
+    """ "What made James leave his IT job?" became "… his Luna job?"."""
+    u, a = "user", "assistant"
+    turns = [Turn(u, "My cat Luna knocked over a vase."), Turn(a, "Oh no! Is it broken?")]
+    for query in (
+        "What made James leave his IT job?",
+        "What did Tim and Anna pack for their trip?",
+        "When did Tim and Anna say they would move?",
+    ):
+        r = heuristic_rewrite(query, turns)
+        assert (r.rewritten, r.changed) == (query, False), r
+    assert needs_context("Is it broken?")
+    assert not needs_context("Who fixed the IT system?")
+    assert heuristic_rewrite("Is it hungry?", turns).rewritten.startswith("Is Luna hungry?")
