@@ -357,6 +357,7 @@ async def context_evidence(
             "over_budget": sum(1 for t in tokens if t["total"] > budget),
             "memories_tokens": summarize([float(t.get("memories", 0)) for t in tokens]),
             "summaries_tokens": summarize([float(t.get("summaries", 0)) for t in tokens]),
+            "recent_tokens": summarize([float(t.get("recent_messages", 0)) for t in tokens]),
             "memories_per_call": summarize([float(len(d["sections"]["memories"])) for _, d in ok]),
         }
     return out
@@ -467,7 +468,8 @@ async def main_async(args: argparse.Namespace) -> int:
                     f"  {budget:>6s} tokens: {fmt(m['evidence_in_text'], 3)} of {m['evidence']} "
                     f"({m['ok']}/{m['questions']} ok, over budget {m['over_budget']}); "
                     f"memories p50 {fmt(m['memories_per_call']['p50'], 0)} "
-                    f"({fmt(m['memories_tokens']['p50'], 0)} tokens), summaries p50 "
+                    f"({fmt(m['memories_tokens']['p50'], 0)} tokens), recent turns p50 "
+                    f"{fmt(m['recent_tokens']['p50'], 0)} tokens, summaries p50 "
                     f"{fmt(m['summaries_tokens']['p50'], 0)} tokens"
                 )
 
