@@ -220,11 +220,24 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
         kept={s.name: [s.items[i] for i in kept[k]] for k, s in enumerate(sections)},
         text=text,
         tokens=tokens,
-        dropped={
-            s.name: len(s.items) - len(kept[k]) for k, s in enumerate(sections) if not s.whole
-        },
+        dropped=_dropped(sections, kept),
         truncated=cut.truncated(fraction) if fraction < 1 else {},
     )
+
+
+def _dropped(sections: Sequence[Section], kept: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Per section that can lose items, those left out for the budget: not an item left out
+    because its twin is shown."""
+    where = {s.name: k for k, s in enumerate(sections)}
+    out: dict[str, int] = {}
+    for k, s in enumerate(sections):
+        if s.whole:
+            continue
+        shown = set(kept[where[s.twin_of]]) if s.twin_of in where else set()
+        mine = set(kept[k])
+        twinned = sum(1 for i, twin in s.twins.items() if twin in shown and i not in mine)
+        out[s.name] = len(s.items) - len(mine) - twinned
+    return out
 
 
 def _cut_required(

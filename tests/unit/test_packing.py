@@ -651,6 +651,8 @@ def test_a_recalled_turn_is_shown_once() -> None:
     assert 25 in shown
     assert 3 not in shown
     assert keys(packed, "memories")[:2] == [2, 3]
+    # Memories 0 and 1 are not left out for the budget: their turns are shown.
+    assert packed.dropped["memories"] == len(memories) - len(packed.kept["memories"]) - 2
     assert packed.text.count("turn 25 ") == 1
     assert packed.text.count("turn 3 ") == 1
     # A turn that gets in only after its memory was chosen takes its place: the memory goes.
@@ -667,6 +669,7 @@ def test_a_recalled_turn_is_shown_once() -> None:
     )
     assert keys(roomy, "recent_messages") == list(range(30))
     assert keys(roomy, "memories") == list(range(3, 53))
+    assert roomy.dropped["memories"] == 0
     assert roomy.text.count("turn 3 ") == 1
 
 
