@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,13 +49,17 @@ async def _erase(running: Running, user: str) -> dict[str, Any]:
 
 
 async def test_the_servers_files_hold_no_text_and_an_erasure_destroys_its_key(
-    tmp_path: Path, pg_database: str, start_app: Callable[[Settings], Any]
+    tmp_path: Path,
+    pg_databases: Callable[[], Awaitable[str]],
+    start_app: Callable[[Settings], Any],
 ) -> None:
     tag = uuid.uuid4().hex[:10]
     user, other, session = f"sealed-{tag}", f"bystander-{tag}", f"sess-{tag}"
     marker = f"ZQSEAL{tag}"
     storage = tmp_path / "qdrant"
-    settings = full_settings(pg_database, qdrant_url=f"path:{storage}")
+    # A database of its own: the shared one's apps would promote these turns into their
+    # own indexes.
+    settings = full_settings(await pg_databases(), qdrant_url=f"path:{storage}")
     async with start_app(settings) as running:
         turns = [turn(f"My locker code is {marker}x{i:03d}, remember it.") for i in range(12)]
         await post_messages(running, session, user, turns)
@@ -87,7 +91,9 @@ async def test_the_servers_files_hold_no_text_and_an_erasure_destroys_its_key(
         tea = await recall(running, user, "green tea", metadata={"topic": "tea"})
         assert tea[0]["metadata"] == {"topic": "tea", "by": f"{marker} patch"}
 
-        # The text is nowhere in the server's files; the bystander's ferns neither.
+        # The text is nowhere in the server's files; the bystander's ferns, in the index
+        # too, neither.
+        assert await recall(running, other, "ferns", min_relevance=0)
         assert _holding(storage, marker) == {}
         assert _holding(storage, "ferns") == {}
         assert await _key_rows(running, user) == 1
@@ -102,14 +108,18 @@ async def test_the_servers_files_hold_no_text_and_an_erasure_destroys_its_key(
 
 
 async def test_points_written_before_sealing_read_as_they_are_until_patched(
-    tmp_path: Path, pg_database: str, start_app: Callable[[Settings], Any]
+    tmp_path: Path,
+    pg_databases: Callable[[], Awaitable[str]],
+    start_app: Callable[[Settings], Any],
 ) -> None:
     """A point of a user whose text was stored plain (before keys existed) is read as it
     is; a patch of its metadata seals the new value and drops the plain one."""
     tag = uuid.uuid4().hex[:10]
     user, marker = f"legacy-{tag}", f"ZQOLD{tag}"
     storage = tmp_path / "qdrant"
-    settings = full_settings(pg_database, qdrant_url=f"path:{storage}")
+    # A database of its own: the shared one's apps would promote these turns into their
+    # own indexes.
+    settings = full_settings(await pg_databases(), qdrant_url=f"path:{storage}")
     async with start_app(settings) as running:
         written = await running.client.post(
             "/v1/memories",
