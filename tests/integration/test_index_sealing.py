@@ -161,6 +161,63 @@ async def test_points_written_before_sealing_read_as_they_are_until_patched(
         new = await recall(running, user, "cello", metadata={"new": "value"}, min_relevance=0)
         assert [(r["content"], r["metadata"]) for r in new] == [(text, {"new": "value"})]
 
+        # Their key, as migration 2026_12_07_user_keys gives a user from before keys: the
+        # receipt does not claim their text in the server's files is unreadable.
+        async with running.resources.db.transaction() as tx:
+            await tx.execute(
+                sa.update(UserKey)
+                .where(UserKey.tenant_id == "default", UserKey.user_id == user)
+                .values(sealed_from_start=False)
+            )
+        receipt = await _erase(running, user)
+        assert receipt["purged_from_disk"]["index_text"] is False
+        assert await _key_rows(running, user) == 0
+
+
+async def test_a_user_row_without_a_key_gets_one_on_its_next_point(tmp_path: Path) -> None:
+    """A user whose row was written without a key (by a version from before keys, after the
+    migration ran) gets one, not sealed from the start, when a point of theirs is written;
+    a user without a row (erased) gets none, and their point does not open."""
+    from qdrant_client import AsyncQdrantClient
+
+    from app.stores.db import Database, create_engine, migrate
+    from app.stores.models import User
+    from app.stores.user_keys import UserKeys
+
+    dsn = f"sqlite+aiosqlite:///{tmp_path}/k.db"
+    await migrate(dsn)
+    db = Database(create_engine(dsn))
+    client = AsyncQdrantClient(location=":memory:")
+    index = QdrantServerIndex(client, "c", 8, local=True, keys=UserKeys(db))
+    await index.ensure_collection()
+    try:
+        async with db.transaction() as tx:
+            tx.add(User(tenant_id="default", id="old", profile={}, created_at=datetime.now(UTC)))
+        for user in ("old", "gone"):
+            payload = MemoryPayload(
+                tenant_id="default",
+                user_id=user,
+                session_id=None,
+                memory_type="semantic",
+                content="likes tea",
+                importance=0.5,
+                sources=[],
+                metadata={},
+                created_at=datetime.now(UTC),
+            )
+            point = VectorPoint(uuid.uuid4(), [1.0] * 8, terms.document_vector("tea"), payload)
+            await index.upsert([point])
+        async with db.read() as tx:
+            rows = (await tx.execute(sa.select(UserKey.user_id, UserKey.sealed_from_start))).all()
+        assert [tuple(r) for r in rows] == [("old", False)]
+        for user, expected in (("old", ["likes tea"]), ("gone", [])):
+            query = VectorQuery("default", user, [1.0] * 8, terms.query_vector("tea"), limit=5)
+            lists = await index.candidates(query)
+            assert [h.payload.content for h in lists.dense] == expected
+    finally:
+        await client.close()
+        await db.close()
+
 
 async def test_a_point_whose_key_is_gone_is_left_out_and_a_new_key_is_read_again(
     tmp_path: Path,
