@@ -38,7 +38,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import orjson
 
-from app import malloc
+from app import malloc, mapped
 from app.errors import VectorStoreUnavailable
 from app.stores.term_counts import TermCounts, UserKey
 from app.stores.vectors import (
@@ -185,6 +185,7 @@ class QdrantEdgeIndex:
         self._points = int(self._shard.count(qe.CountRequest(exact=True)))
         with self._lock:
             self._recount_terms()
+            mapped.release(self.path)  # what the load and the count read whole
         self._unbuilt = max(0, self._points - self._built_points())
         if carried_over:  # written before the int8 copies: the next build gives them
             self._unbuilt = self._points
@@ -1089,6 +1090,7 @@ def _load_trimmed(path: Path) -> Any:
 
     shard = qe.EdgeShard.load(str(path))
     malloc.trim()
+    mapped.release(path)  # the log and pages the load read whole; the shard is not live yet
     return shard
 
 

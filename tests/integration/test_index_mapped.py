@@ -1,0 +1,78 @@
+"""The pages of the index's files that a load leaves mapped are let go (`app/mapped.py`):
+the process no longer holds them, their contents (written ones too) are intact, and
+nothing but shared mappings under the directory is touched."""
+
+from __future__ import annotations
+
+import mmap
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import mapped
+from app.stores.qdrant_edge import QdrantEdgeIndex
+from tests.integration.test_index_quantized import DIM, points
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
+
+SIZE = 4 << 20
+
+
+def resident_kib(path: Path) -> int:
+    """This process's resident KiB of its mappings of `path`."""
+    total, current = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            current = line.rstrip().endswith(str(path))
+        elif current and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def mapped_file(path: Path, *, shared: bool) -> mmap.mmap:
+    path.write_bytes(b"\0" * SIZE)
+    with path.open("r+b") as f:
+        flags = mmap.MAP_SHARED if shared else mmap.MAP_PRIVATE
+        m = mmap.mmap(f.fileno(), SIZE, flags=flags)
+    for offset in range(0, SIZE, 4096):
+        m[offset] = 7  # every page resident (and written)
+    return m
+
+
+def test_a_shared_mapping_is_let_go_and_what_was_written_stays(tmp_path: Path) -> None:
+    m = mapped_file(tmp_path / "wal", shared=True)
+    assert resident_kib(tmp_path / "wal") >= SIZE // 1024
+    assert mapped.release(tmp_path) == SIZE
+    assert resident_kib(tmp_path / "wal") == 0
+    assert (tmp_path / "wal").read_bytes()[::4096] == b"\7" * (SIZE // 4096)
+    assert m[4096] == 7  # read back through the mapping: faulted in again
+    m.close()
+
+
+def test_a_private_mapping_or_one_elsewhere_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "shard").mkdir()
+    private = mapped_file(tmp_path / "shard" / "private", shared=False)
+    elsewhere = mapped_file(tmp_path / "other", shared=True)
+    assert mapped.release(tmp_path / "shard") == 0
+    assert private[4096] == 7  # MADV_DONTNEED on it would have dropped what was written
+    assert resident_kib(tmp_path / "other") >= SIZE // 1024
+    private.close()
+    elsewhere.close()
+
+
+async def test_an_opened_shard_holds_none_of_its_write_ahead_log(tmp_path: Path) -> None:
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()
+    await index.upsert(points(2000, seed=3))
+    await index.close()
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()  # reads the log to its end
+    try:
+        wal = sorted((index.path / "wal").iterdir())
+        assert wal
+        assert sum(resident_kib(p) for p in wal) == 0
+        assert index._points == 2000
+    finally:
+        await index.close()
