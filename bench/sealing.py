@@ -30,7 +30,13 @@ from app.core import sealing, terms
 from app.stores import qdrant_server
 from app.stores import sessions as session_store
 from app.stores.db import Database, create_engine, migrate
-from app.stores.qdrant_server import QdrantServerIndex, _opened, _Owner, _sealed
+from app.stores.qdrant_server import (
+    QdrantServerIndex,
+    _keyed_terms,
+    _opened,
+    _Owner,
+    _sealed,
+)
 from app.stores.user_keys import UserKeys
 from app.stores.vectors import MemoryPayload, VectorPoint, VectorQuery
 
@@ -52,6 +58,23 @@ def payload(i: int) -> MemoryPayload:
         created_at=datetime.now(UTC),
         role="user",
     )
+
+
+def micro_terms(rounds: int) -> tuple[float, float, int]:
+    """Microseconds to key one point's sparse vector and one query's (median of `rounds`),
+    and the point's number of terms."""
+    owner = _Owner(sealing.place(TENANT, USER), sealing.Sealer(sealing.new_key()))
+    doc = terms.document_vector(payload(7).content)
+    query = terms.query_vector("trip to Lisbon tram")
+    doc_us, query_us = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        _keyed_terms(owner, doc)
+        doc_us.append((time.perf_counter() - start) * 1e6)
+        start = time.perf_counter()
+        _keyed_terms(owner, query)
+        query_us.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(doc_us), statistics.median(query_us), len(doc.indices)
 
 
 def micro(rounds: int) -> tuple[float, float]:
@@ -122,6 +145,11 @@ async def main(argv: list[str] | None = None) -> None:
 
     seal_us, open_us = micro(args.rounds * 10)
     print(f"one point's text: seal {seal_us:.1f} us, open {open_us:.1f} us (median)")
+    doc_us, query_us, n_terms = micro_terms(args.rounds * 10)
+    print(
+        f"keying term ids: a point's {n_terms} terms {doc_us:.1f} us, "
+        f"a query's {query_us:.1f} us (median)"
+    )
     size = len(orjson.dumps(payload(7).to_dict()))
     owners = {(TENANT, USER): _Owner(b"o", sealing.Sealer(bytes(32)))}
     sealed = len(orjson.dumps(_sealed(payload(7).to_dict(), owners, str(uuid.uuid4()))))

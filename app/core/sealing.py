@@ -11,7 +11,9 @@ A value the store must match for equality (a filter) cannot be sealed: it is sto
 tag instead, a keyed hash of the value (HMAC-SHA-256 under a key derived from the user's,
 cut to 128 bits) that the same value under the same key and place always gives, so a
 filter tags the value it looks for and matches. Without the key a tag says nothing of its
-value beyond which points share it.
+value beyond which points share it. A sparse vector's term ids are keyed the same way
+(`Sealer.term`, 31 bits), so the words of a text cannot be read back from them with a list
+of words either.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 PREFIX = "s1:"  # the format: a later one gets a new prefix, read beside this one
 TAG_PREFIX = "t1:"
+KEYED_TERM = 0x80000000  # plain term ids have 31 bits (`app.core.terms.term_id`)
 
 
 class SealBroken(ValueError):
@@ -86,6 +89,12 @@ class Sealer:
         NUL: `place` escapes it). Its own key, derived from the sealing key."""
         mac = hmac.digest(self._tag_key, where + b"\x00" + value, hashlib.sha256)[:16]
         return TAG_PREFIX + base64.b64encode(mac).decode("ascii")
+
+    def term(self, term_id: int, where: bytes) -> int:
+        """A sparse vector's term id (31 bits, `app.core.terms.term_id`) keyed: 31 bits of
+        a keyed hash with the top bit set, so a keyed id is never a plain one."""
+        mac = hmac.digest(self._tag_key, where + b"\x00" + term_id.to_bytes(4, "big"), "sha256")
+        return KEYED_TERM | (int.from_bytes(mac[:4], "big") & ~KEYED_TERM)
 
 
 def seal(key: bytes, plaintext: bytes, where: bytes) -> str:

@@ -4,8 +4,8 @@ The user's text in a point's payload (`content`, `sources`, `metadata`) is store
 under the user's key (`<field>_sealed`, `app.core.sealing`), opened as recall reads it: the
 server's files keep a deleted point until its optimizer vacuums them, which the service
 cannot ask for, and the erasure destroys the key instead (docs/privacy.md, "What stays on
-disk"). What filters read stays plain. A point written before (its fields plain) reads as
-it is.
+disk"). Filters match plain fields, but for the metadata's values (keyed tags); the sparse
+vector's term ids are keyed too. A point written before (its fields plain) reads as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
 
 from app.core import sealing
+from app.core.terms import SparseVec
 from app.errors import VectorStoreUnavailable
 from app.stores.user_keys import UserKeys
 from app.stores.vectors import (
@@ -132,18 +133,18 @@ class QdrantServerIndex:
             return
         owners = {(p.payload.tenant_id, p.payload.user_id) for p in points}
         sealers = await self._sealers(owners)
-        structs = [
-            qm.PointStruct(
-                id=str(p.id),
-                vector={
-                    "dense": p.dense,
-                    "turn": p.turn_vector,
-                    "sparse": qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                },
-                payload=_sealed(p.payload.to_dict(), sealers, str(p.id)),
-            )
-            for p in points
-        ]
+        structs = []
+        for p in points:
+            sparse = p.sparse
+            if sealers:
+                sparse = _keyed_terms(sealers[(p.payload.tenant_id, p.payload.user_id)], sparse)
+            vector = {
+                "dense": p.dense,
+                "turn": p.turn_vector,
+                "sparse": qm.SparseVector(indices=sparse.indices, values=sparse.values),
+            }
+            payload = _sealed(p.payload.to_dict(), sealers, str(p.id))
+            structs.append(qm.PointStruct(id=str(p.id), vector=vector, payload=payload))
         await self._call(self.client.upsert(self.collection, structs, wait=True))
 
     async def delete(self, ids: Sequence[uuid.UUID]) -> None:
@@ -226,6 +227,14 @@ class QdrantServerIndex:
             user = (query.tenant_id, query.user_id)
             key = await self._call(self.keys.for_read(*user, fresh=bool(query.metadata)))
         flt = self._filter(query, key)
+        sparse, plain_of = query.sparse, {}
+        if key is not None and sparse.indices:
+            # The user's points since sealing hold keyed term ids, older ones plain ids: the
+            # query asks for both (they never share an id, `sealing.KEYED_TERM`).
+            owner = _Owner(sealing.place(query.tenant_id, query.user_id), sealing.Sealer(key))
+            keyed = _keyed_terms(owner, sparse)
+            plain_of = dict(_pairs(owner, sparse))
+            sparse = SparseVec([*sparse.indices, *keyed.indices], [*sparse.values, *keyed.values])
         requests = [
             qm.QueryRequest(
                 query=query.dense,
@@ -236,12 +245,12 @@ class QdrantServerIndex:
                 with_vector=list(_VECTORS),
             )
         ]
-        if query.sparse.indices:
+        if sparse.indices:
             # IDF over this user's memories, not the whole collection (+0.01 R@10).
             idf = None if self.local else qm.IdfCorpusParams(corpus=self._user_filter(query))
             requests.append(
                 qm.QueryRequest(
-                    query=qm.SparseVector(indices=query.sparse.indices, values=query.sparse.values),
+                    query=qm.SparseVector(indices=sparse.indices, values=sparse.values),
                     using="sparse",
                     filter=flt,
                     limit=query.limit,
@@ -253,7 +262,7 @@ class QdrantServerIndex:
         responses = await self._call(self.client.query_batch_points(self.collection, requests))
         opener = await self._opener(query.tenant_id, query.user_id, key, responses)
         hits = [
-            [_hit(p, payload) for p in r.points if (payload := opener(p)) is not None]
+            [_hit(p, payload, plain_of) for p in r.points if (payload := opener(p)) is not None]
             for r in responses
         ]
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
@@ -433,7 +442,27 @@ def _opened(payload: Mapping[str, Any], owner: _Owner, pid: str) -> dict[str, An
     return out
 
 
-def _hit(p: qm.ScoredPoint, payload: Mapping[str, Any]) -> VectorHit:
+def _pairs(owner: _Owner, sparse: SparseVec) -> list[tuple[int, int]]:
+    """(keyed id, plain id) of each of the vector's terms."""
+    assert owner.sealer is not None
+    where = owner.place + b"/sparse"
+    return [(owner.sealer.term(i, where), i) for i in sparse.indices]
+
+
+def _keyed_terms(owner: _Owner, sparse: SparseVec) -> SparseVec:
+    """The sparse vector with its term ids keyed under the owner's key (`Sealer.term`):
+    a list of words no longer reads them. Two terms keyed alike (one chance in 2^31 a
+    pair) add up."""
+    weights: dict[int, float] = {}
+    for (keyed, _), value in zip(_pairs(owner, sparse), sparse.values, strict=True):
+        weights[keyed] = weights.get(keyed, 0.0) + value
+    ids = sorted(weights)
+    return SparseVec(ids, [weights[i] for i in ids])
+
+
+def _hit(p: qm.ScoredPoint, payload: Mapping[str, Any], plain_of: Mapping[int, int]) -> VectorHit:
+    """A hit; its keyed term ids that are the query's as their plain ids (what recall's
+    coverage compares with the query's terms), the others as they are."""
     named = p.vector if isinstance(p.vector, dict) else {}
     dense: Any = named.get("dense")
     turn: Any = named.get("turn")
@@ -442,6 +471,8 @@ def _hit(p: qm.ScoredPoint, payload: Mapping[str, Any]) -> VectorHit:
     vectors = StoredVectors(
         dense=dense_list,
         turn=[float(x) for x in turn] if isinstance(turn, list) else dense_list,
-        sparse_ids=list(sparse.indices) if isinstance(sparse, qm.SparseVector) else [],
+        sparse_ids=[plain_of.get(i, i) for i in sparse.indices]
+        if isinstance(sparse, qm.SparseVector)
+        else [],
     )
     return VectorHit(uuid.UUID(str(p.id)), p.score, MemoryPayload.from_dict(payload), vectors)

@@ -270,6 +270,8 @@ class StoredVectors:
 
     dense: Sequence[float] | NDArray[np.float32]
     turn: Sequence[float] | NDArray[np.float32]
+    # The query's terms among them as the query's ids; a Qdrant server, which stores them
+    # keyed under the user's key, gives the others keyed (docs/privacy.md): match none.
     sparse_ids: Sequence[int]
 
 

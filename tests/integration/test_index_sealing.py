@@ -282,3 +282,59 @@ async def test_a_point_whose_key_is_gone_is_left_out_and_a_new_key_is_read_again
     finally:
         await client.close()
         await db.close()
+
+
+async def test_the_sparse_vectors_term_ids_are_keyed_and_still_found(tmp_path: Path) -> None:
+    """A sparse vector's term ids are CRC32 hashes of its words, which a word list reverses:
+    the server stores them keyed under the user's key. Recall's sparse list still finds the
+    point (its query asks for the keyed ids and, for points written before, the plain ones),
+    and the hit's terms that are the query's read back as the query's ids."""
+    from qdrant_client import AsyncQdrantClient
+
+    from app.stores import sessions as session_store
+    from app.stores.db import Database, create_engine, migrate
+    from app.stores.user_keys import UserKeys
+
+    dsn = f"sqlite+aiosqlite:///{tmp_path}/k.db"
+    await migrate(dsn)
+    db = Database(create_engine(dsn))
+    client = AsyncQdrantClient(location=":memory:")
+    index = QdrantServerIndex(client, "c", 8, local=True, keys=UserKeys(db))
+    plain_index = QdrantServerIndex(client, "c", 8, local=True)  # as before sealing
+    await index.ensure_collection()
+    try:
+        async with db.transaction() as tx:
+            await session_store.ensure_user(tx, "default", "ana", datetime.now(UTC))
+        ids = []
+        for writer, text in ((index, "waters the ferns"), (plain_index, "prunes the ferns")):
+            payload = MemoryPayload(
+                tenant_id="default",
+                user_id="ana",
+                session_id=None,
+                memory_type="semantic",
+                content=text,
+                importance=0.5,
+                sources=[],
+                metadata={},
+                created_at=datetime.now(UTC),
+            )
+            point = VectorPoint(uuid.uuid4(), [1.0] * 8, terms.document_vector(text), payload)
+            await writer.upsert([point])
+            ids.append(str(point.id))
+        stored = await client.retrieve("c", ids, with_vectors=["sparse"])
+        by_id = {str(r.id): r.vector["sparse"].indices for r in stored}  # type: ignore[index]
+        words = set(terms.document_vector("waters the ferns").indices)
+        assert not words & set(by_id[ids[0]])  # keyed: none of the words' ids
+        assert set(terms.document_vector("prunes the ferns").indices) == set(by_id[ids[1]])
+
+        asked = terms.query_vector("ferns")
+        query = VectorQuery("default", "ana", [1.0] * 8, asked, limit=5)
+        lists = await index.candidates(query)
+        found = {h.payload.content: h for h in lists.sparse}
+        assert set(found) == {"waters the ferns", "prunes the ferns"}
+        for hit in found.values():
+            assert hit.vectors is not None
+            assert set(asked.indices) <= set(hit.vectors.sparse_ids)
+    finally:
+        await client.close()
+        await db.close()

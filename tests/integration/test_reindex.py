@@ -228,13 +228,15 @@ async def test_a_worker_starting_on_an_empty_index_rebuilds_it(
 
 
 async def _terms_of(running: Running, user: str, memory_id: str) -> set[int]:
-    """The term ids of a memory's point, as recall's sparse list reads them."""
+    """The term ids of a memory's point, as recall's sparse list reads them (a Qdrant
+    server stores them keyed, docs/privacy.md, and reads back those the query asks for:
+    the query names the words the test looks for)."""
     from app.core import terms
     from app.stores.vectors import VectorQuery
 
-    [q] = await running.resources.embedder.embed(["shop"])
+    [q] = await running.resources.embedder.embed(["shop bakery"])
     query = VectorQuery(
-        running.resources.settings.default_tenant, user, q, terms.query_vector("shop"), 20
+        running.resources.settings.default_tenant, user, q, terms.query_vector("shop bakery"), 20
     )
     found = await running.resources.vectors.candidates(query)
     for hit in [*found.dense, *found.sparse]:

@@ -76,3 +76,16 @@ def test_a_tag_is_the_same_for_the_same_value_key_and_place_only() -> None:
     assert same != sealer.tag(b'"food"', WHERE)
     assert same != sealer.tag(b'"gear"', sealing.place("acme", "bob", "7f0c", "content"))
     assert same != sealing.Sealer(sealing.new_key()).tag(b'"gear"', WHERE)
+
+
+def test_a_keyed_term_id_is_never_a_plain_one_and_needs_the_key() -> None:
+    sealer = sealing.Sealer(KEY)
+    where = sealing.place("acme", "ana") + b"/sparse"
+    plain = [0, 1, 12345, 2**31 - 1]  # term ids have 31 bits (app/core/terms.py)
+    keyed = [sealer.term(i, where) for i in plain]
+    assert all(k >= sealing.KEYED_TERM and k < 2**32 for k in keyed)
+    assert keyed == [sealing.Sealer(KEY).term(i, where) for i in plain]
+    assert len(set(keyed)) == len(plain)
+    assert keyed != [sealing.Sealer(sealing.new_key()).term(i, where) for i in plain]
+    other = sealing.place("acme", "bob") + b"/sparse"
+    assert keyed != [sealer.term(i, other) for i in plain]
