@@ -145,16 +145,27 @@ def test_a_memory_outside_the_named_period_multiplies_in() -> None:
     assert ranking.penalty_factor(1.0, 10, False, p, outside_period=False) == 1.0
 
 
-def test_a_long_run_of_numerals_is_searched_in_linear_time() -> None:
-    """A hostile or pasted memory of 32,000 digits once took 13 s to search (an unbounded
-    numeral run before 年/月/日): scoring runs on the event loop, so it stalled every
-    request. The bound is generous; the fixed pattern takes ~20 ms."""
-    for text in ("7" * 32_000, "一" * 32_000, "２" * 32_000, "2023年" * 5_000):
+def _fastest(text: str) -> float:
+    best = float("inf")
+    for _ in range(5):
         start = time.perf_counter()
         ranking.names(text, "time")
         ranking.names(text, "place")
         ranking.named_period(text)
-        assert time.perf_counter() - start < 2.0, text[:10]
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_a_long_run_of_numerals_or_dates_is_searched_in_linear_time() -> None:
+    """A hostile or pasted memory of 32,000 digits once took 13 s to search (an unbounded
+    numeral run before 年/月/日), and 5,000 pasted dates 1.3 s (each date checked against
+    every one read before): scoring runs on the event loop, so either stalled every request.
+    Eight times the text must cost about eight times the time, not sixty-four: compared
+    with itself on the same machine, so the load does not decide it."""
+    for unit in ("7", "一", "２", "2023年"):
+        small, large = unit * (4_000 // len(unit)), unit * (32_000 // len(unit))
+        ratio = _fastest(large) / max(_fastest(small), 1e-6)
+        assert ratio < 24, (unit, ratio)
 
 
 def test_asking_only_is_a_short_assistant_question() -> None:
