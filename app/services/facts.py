@@ -332,7 +332,7 @@ class FactExtractor:
         if triples:
             await write_triples(tx, t, u, triples, now)
         # Under the row locks, before the commit: if the index fails, nothing moves.
-        await self.vectors.set_payload(patches)
+        await self.vectors.set_payload(patches, owner=(t, u))
         counts["triples"] = len(triples)
         return counts
 

@@ -111,7 +111,8 @@ class GraphExtraction:
                     continue  # this turn was extracted before (a re-run)
                 await self._one(tx, t, u, s, f, ids[f], written, patches, now)
         # Under the row locks, before the commit: if the index fails, nothing moves.
-        await self.vectors.set_payload([p for p in patches if p[0] not in set(written.facts)])
+        kept = [p for p in patches if p[0] not in set(written.facts)]
+        await self.vectors.set_payload(kept, owner=(tenant_id, user_id))
         return written
 
     async def _one(

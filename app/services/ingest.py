@@ -197,7 +197,7 @@ class IngestService:
             await session_store.delete(tx, tenant_id, user_id, session_id)
             # The index follows the canonical rows inside the transaction: if Qdrant is down,
             # nothing is deleted and the caller may retry.
-            await self.vectors.set_payload(_index_changes(plan))
+            await self.vectors.set_payload(_index_changes(plan), owner=(tenant_id, user_id))
             await self.vectors.delete([*plan.erase, *(s.id for s in summaries)])
         try:
             await self.buffer.drop(tenant_id, user_id, session_id)

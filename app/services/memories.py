@@ -218,7 +218,8 @@ class MemoryService:
                 )
                 await self.vectors.upsert([point])
             else:
-                await self.vectors.set_payload([(row.id, MemoryPayload.from_row(row).as_patch())])
+                patch = MemoryPayload.from_row(row).as_patch()
+                await self.vectors.set_payload([(row.id, patch)], owner=(tenant_id, body.user_id))
         return memory_out(row)
 
     async def delete(self, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:

@@ -646,7 +646,7 @@ class Promoter:
         merged, patches, unchanged = await self._merge(tx, claim, plan.merges, now, before)
         await memory_store.add_events(tx, [*created, *merged])
         # Under the row locks, before the commit: if the index fails, nothing moves.
-        await self.vectors.set_payload(patches)
+        await self.vectors.set_payload(patches, owner=(claim.tenant_id, claim.user_id))
         return unchanged
 
     async def _merge(

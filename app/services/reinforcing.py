@@ -111,7 +111,8 @@ class Reinforcer:
                                 ),
                             )
                             for mid, use in new.items()
-                        ]
+                        ],
+                        owner=(tenant_id, user_id),
                     )
                 except Exception:  # the rows hold the counts; the index's copy lags a recall
                     log.warning("index update after reinforcement failed", exc_info=True)

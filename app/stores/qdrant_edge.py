@@ -288,7 +288,12 @@ class QdrantEdgeIndex:
             await self._write(lambda shard: shard.update(op), ids, terms=dict.fromkeys(ids))
             self._points = max(0, self._points - len(ids))
 
-    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
+    async def set_payload(
+        self,
+        updates: Sequence[tuple[uuid.UUID, PayloadPatch]],
+        *,
+        owner: tuple[str, str] | None = None,  # the files are purged: nothing is sealed
+    ) -> None:
         import qdrant_edge as qe
 
         if not updates:

@@ -4,8 +4,9 @@ The user's text in a point's payload (`content`, `sources`, `metadata`) is store
 under the user's key (`<field>_sealed`, `app.core.sealing`), opened as recall reads it: the
 server's files keep a deleted point until its optimizer vacuums them, which the service
 cannot ask for, and the erasure destroys the key instead (docs/privacy.md, "What stays on
-disk"). Filters match plain fields, but for the metadata's values (keyed tags); the sparse
-vector's term ids are keyed too. A point written before (its fields plain) reads as it is.
+disk"). Filters match plain fields, but for the user's and sessions' ids and the metadata's
+values, stored as keyed tags under the same key; the sparse vector's term ids are keyed too.
+A point written before (its fields plain) reads as it is, and filters match it as well.
 """
 
 from __future__ import annotations
@@ -44,10 +45,15 @@ from app.stores.vectors import (
 
 log = logging.getLogger("strata.index")
 
-# The user's text in a payload: sealed. The rest is what filters and scoring read (ids,
-# kinds, times, numbers), kept plain for the server to match, but for the metadata's
-# scalar values (`meta_filter`), kept as tags (`app.core.sealing.tag`).
-SEALED = ("content", "sources", "metadata")
+# The user's text in a payload: sealed (`session_id` too: what a hit reads of it). The rest
+# is what filters and scoring read (kinds, times, numbers), kept plain for the server to
+# match, but for the user's and sessions' ids (`TAGGED`) and the metadata's scalar values
+# (`meta_filter`), kept as tags (`app.core.sealing.tag`). The tenant's id stays plain: it
+# names the operator's tenant, not a user.
+SEALED = ("content", "sources", "metadata", "session_id")
+TAGGED = ("user_id", "session_id", "source_sessions")
+# The patched fields a point's owner's key is needed for.
+_KEYED = frozenset((*SEALED, *TAGGED, "meta_filter"))
 
 
 class QdrantServerIndex:
@@ -143,7 +149,8 @@ class QdrantServerIndex:
                 "turn": p.turn_vector,
                 "sparse": qm.SparseVector(indices=sparse.indices, values=sparse.values),
             }
-            payload = _sealed(p.payload.to_dict(), sealers, str(p.id))
+            owner = sealers.get((p.payload.tenant_id, p.payload.user_id))
+            payload = _sealed(p.payload.to_dict(), owner, str(p.id))
             structs.append(qm.PointStruct(id=str(p.id), vector=vector, payload=payload))
         await self._call(self.client.upsert(self.collection, structs, wait=True))
 
@@ -152,12 +159,19 @@ class QdrantServerIndex:
             selector = qm.PointIdsList(points=[str(i) for i in ids])
             await self._call(self.client.delete(self.collection, selector, wait=True))
 
-    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
+    async def set_payload(
+        self,
+        updates: Sequence[tuple[uuid.UUID, PayloadPatch]],
+        *,
+        owner: tuple[str, str] | None = None,
+    ) -> None:
+        """`owner`: the (tenant, user) every point updated is of, whose key a patched text
+        or id is sealed or tagged under (a point stores its user's id as a tag); without
+        it, only a point written before (its user's id plain) may have them patched."""
         if not updates:
             return
-        # A point may be gone (deleted meanwhile); the rest still gets its update. Its owner
-        # names the key a patched text is sealed under; plain text a point written before
-        # sealing holds in a patched field is deleted.
+        # A point may be gone (deleted meanwhile); the rest still gets its update. Plain
+        # text a point written before sealing holds in a patched field is deleted.
         found = await self._call(
             self.client.retrieve(
                 self.collection,
@@ -167,34 +181,47 @@ class QdrantServerIndex:
             )
         )
         present = {str(r.id): r.payload or {} for r in found}
-        owners = {(str(p.get("tenant_id")), str(p.get("user_id"))) for p in present.values()}
-        sealers = await self._sealers(owners) if self.keys else {}
+        encoded = [(str(i), encode_patch(patch)) for i, patch in updates if str(i) in present]
+        owners = {
+            pid: owner or _plain_owner(present[pid])
+            for pid, fields in encoded
+            if self.keys is not None and fields.keys() & _KEYED
+        }
+        if None in owners.values():
+            raise ValueError("patching a point's text or ids needs its owner (`owner`)")
+        sealers = await self._sealers({o for o in owners.values() if o is not None})
         ops: list[qm.UpdateOperation] = []
-        for pid, patch in updates:
-            stored = present.get(str(pid))
-            if stored is None:
-                continue
-            fields = _sealed(encode_patch(patch), sealers, str(pid), owner=stored)
+        for pid, plain_fields in encoded:
+            stored = present[pid]
+            mine = owners.get(pid)
+            fields = _sealed(plain_fields, sealers[mine] if mine else None, pid)
             ops.append(
-                qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=fields, points=[str(pid)]))
+                qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=fields, points=[pid]))
             )
-            if plain := [k for k in SEALED if k in stored and f"{k}_sealed" in fields]:
+            gone = [k for k in SEALED if k in stored and f"{k}_sealed" in fields]
+            if plain := [k for k in gone if k not in fields]:
                 ops.append(
                     qm.DeletePayloadOperation(
-                        delete_payload=qm.DeletePayload(keys=plain, points=[str(pid)])
+                        delete_payload=qm.DeletePayload(keys=plain, points=[pid])
                     )
                 )
         if ops:
             await self._call(self.client.batch_update_points(self.collection, ops, wait=True))
 
     def _filter(self, q: VectorQuery, key: bytes | None) -> qm.Filter:
-        """The query's filter. A metadata value is matched as stored: its tag under the
-        user's `key` (`_sealed`), or as it is on a point written before sealing."""
+        """The query's filter. The user's and sessions' ids and a metadata value are
+        matched as stored: their tag under the user's `key` (`_sealed`), or as they are on
+        a point written before sealing."""
         tagged = {meta_path(k): k for k in filterable(q.metadata)} if key is not None else {}
-        sealer = sealing.Sealer(key) if tagged and key is not None else None
+        sealer = sealing.Sealer(key) if key is not None else None
         owner = sealing.place(q.tenant_id, q.user_id)
         must: list[qm.Condition] = []
         for path, value in scope_conditions(q):
+            if sealer is not None and path in TAGGED:  # the user's, the sessions' ids
+                plain = list(value) if isinstance(value, tuple) else [value]
+                keyed = [_tag(sealer, owner, path, v, scope="ids") for v in plain]
+                must.append(qm.FieldCondition(key=path, match=qm.MatchAny(any=plain + keyed)))
+                continue
             match: qm.MatchValue | qm.MatchAny = (
                 qm.MatchAny(any=list(value))
                 if isinstance(value, tuple)
@@ -220,14 +247,33 @@ class QdrantServerIndex:
         return qm.Filter(must=must, must_not=must_not or None)
 
     async def candidates(self, query: VectorQuery) -> CandidateLists:
-        # The user's key, cached; read again for a metadata filter (a tag under a key from
-        # before an erasure would match none of a user made again under the same id).
+        # The user's key, cached; read again for a metadata filter, or when nothing matched
+        # (the user's id is matched as a tag under their key: one from before an erasure
+        # matches none of a user made again under the same id).
         key = None
+        fresh = bool(query.metadata)
         if self.keys is not None:
-            user = (query.tenant_id, query.user_id)
-            key = await self._call(self.keys.for_read(*user, fresh=bool(query.metadata)))
+            key = await self._call(self.keys.for_read(query.tenant_id, query.user_id, fresh=fresh))
+        responses, plain_of = await self._search(query, key)
+        if self.keys is not None and not fresh and not any(r.points for r in responses):
+            newer = await self._call(self.keys.for_read(query.tenant_id, query.user_id, fresh=True))
+            if newer != key:
+                key = newer
+                responses, plain_of = await self._search(query, key)
+        opener = await self._opener(query.tenant_id, query.user_id, key, responses)
+        hits = [
+            [_hit(p, payload, plain_of) for p in r.points if (payload := opener(p)) is not None]
+            for r in responses
+        ]
+        return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
+
+    async def _search(
+        self, query: VectorQuery, key: bytes | None
+    ) -> tuple[list[qm.QueryResponse], dict[int, int]]:
+        """Both lists' responses under the user's `key`, and the plain id of each keyed
+        term id of the query's."""
         flt = self._filter(query, key)
-        sparse, plain_of = query.sparse, {}
+        sparse, plain_of = query.sparse, dict[int, int]()
         if key is not None and sparse.indices:
             # The user's points since sealing hold keyed term ids, older ones plain ids: the
             # query asks for both (they never share an id, `sealing.KEYED_TERM`).
@@ -247,7 +293,8 @@ class QdrantServerIndex:
         ]
         if sparse.indices:
             # IDF over this user's memories, not the whole collection (+0.01 R@10).
-            idf = None if self.local else qm.IdfCorpusParams(corpus=self._user_filter(query))
+            corpus = _owner_filter(query.tenant_id, query.user_id, key)
+            idf = None if self.local else qm.IdfCorpusParams(corpus=corpus)
             requests.append(
                 qm.QueryRequest(
                     query=qm.SparseVector(indices=sparse.indices, values=sparse.values),
@@ -260,12 +307,7 @@ class QdrantServerIndex:
                 )
             )
         responses = await self._call(self.client.query_batch_points(self.collection, requests))
-        opener = await self._opener(query.tenant_id, query.user_id, key, responses)
-        hits = [
-            [_hit(p, payload, plain_of) for p in r.points if (payload := opener(p)) is not None]
-            for r in responses
-        ]
-        return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
+        return list(responses), plain_of
 
     async def _sealers(self, owners: set[tuple[str, str]]) -> dict[tuple[str, str], _Owner]:
         """Each owner's key, from the table. An owner without one is gone (erased meanwhile;
@@ -302,7 +344,7 @@ class QdrantServerIndex:
             if pid in opened:
                 continue
             try:
-                opened[pid] = _opened(point.payload or {}, owner, pid)
+                opened[pid] = _opened(point.payload or {}, owner, pid, user_id)
                 continue
             except sealing.SealBroken:
                 if not fresh:
@@ -310,7 +352,7 @@ class QdrantServerIndex:
                     key = await self._call(keys.for_read(tenant_id, user_id, fresh=True))
                     owner = _Owner(owner.place, sealing.Sealer(key) if key else None)
             try:
-                opened[pid] = _opened(point.payload or {}, owner, pid)
+                opened[pid] = _opened(point.payload or {}, owner, pid, user_id)
             except sealing.SealBroken:
                 log.warning("a point of an erased or re-keyed user does not open: %s", pid)
                 opened[pid] = None
@@ -321,9 +363,13 @@ class QdrantServerIndex:
         return int(result.count)
 
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
-        flt = _owner_filter(tenant_id, user_id)
-        if self.keys is not None:  # their key goes with their row, in the erasure's last step
+        # Their points hold their id as a tag under their key (plain, written before): the
+        # erasure deletes them before their key goes with their row, in its last step.
+        key = None
+        if self.keys is not None:
+            key = await self._call(self.keys.for_read(tenant_id, user_id, fresh=True))
             self.keys.forget(tenant_id, user_id)
+        flt = _owner_filter(tenant_id, user_id, key)
         found = await self._call(self.client.count(self.collection, count_filter=flt, exact=True))
         if found.count:
             selector = qm.FilterSelector(filter=flt)
@@ -339,10 +385,6 @@ class QdrantServerIndex:
         until its optimizer vacuums them, and in its write-ahead log until that rotates
         (docs/privacy.md). Nothing is asked of it here."""
         return False
-
-    @staticmethod
-    def _user_filter(q: VectorQuery) -> qm.Filter:
-        return _owner_filter(q.tenant_id, q.user_id)
 
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
         if not ids:
@@ -378,13 +420,24 @@ class QdrantServerIndex:
 _VECTORS = ("dense", "turn", "sparse")
 
 
-def _owner_filter(tenant_id: str, user_id: str) -> qm.Filter:
+def _owner_filter(tenant_id: str, user_id: str, key: bytes | None) -> qm.Filter:
+    """The user's points: their id as a tag under their `key`, or plain (written before)."""
+    users = [user_id]
+    if key is not None:
+        owner = sealing.place(tenant_id, user_id)
+        users.append(_tag(sealing.Sealer(key), owner, "user_id", user_id, scope="ids"))
     return qm.Filter(
         must=[
             qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant_id)),
-            qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id)),
+            qm.FieldCondition(key="user_id", match=qm.MatchAny(any=users)),
         ]
     )
+
+
+def _plain_owner(stored: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The owner a point written before names plainly; None for one naming them by tag."""
+    user = str(stored.get("user_id"))
+    return None if user.startswith(sealing.TAG_PREFIX) else (str(stored.get("tenant_id")), user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,42 +448,45 @@ class _Owner:
     sealer: sealing.Sealer | None
 
 
-def _sealed(
-    fields: dict[str, Any],
-    owners: Mapping[tuple[str, str], _Owner],
-    pid: str,
-    owner: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+def _sealed(fields: dict[str, Any], mine: _Owner | None, pid: str) -> dict[str, Any]:
     """`fields` (a payload or a patch) with the user's text sealed under its owner's key,
-    bound to the point and field; unchanged without keys (an index without `UserKeys`).
-    `owner`: the stored payload naming the point's owner, for a patch."""
-    if not owners:
+    bound to the point and field, and the ids filters match as tags under it; unchanged
+    without one (an index without `UserKeys`, a patch of neither)."""
+    if mine is None:
         return fields
-    of = owner if owner is not None else fields
-    mine = owners[(str(of.get("tenant_id")), str(of.get("user_id")))]
     assert mine.sealer is not None  # `_sealers` makes one for every owner
     out = dict(fields)
     for name in SEALED:
         if name in out:
             where = sealing.within(mine.place, pid, name)
             out[f"{name}_sealed"] = mine.sealer.seal(orjson.dumps(out.pop(name)), where)
+    for name in (n for n in TAGGED if n in fields):
+        value = fields[name]
+        if isinstance(value, list):
+            out[name] = [_tag(mine.sealer, mine.place, name, v, scope="ids") for v in value]
+        else:  # no session ("") stays as it is
+            out[name] = _tag(mine.sealer, mine.place, name, value, scope="ids") if value else value
     if "meta_filter" in out:  # what metadata filters match: tags, not the values
         meta = out["meta_filter"].items()
         out["meta_filter"] = {k: _tag(mine.sealer, mine.place, k, v) for k, v in meta}
     return out
 
 
-def _tag(sealer: sealing.Sealer, owner: bytes, field: str, value: Any) -> str:
-    """A metadata value as a filter matches it: its tag under the user's key, bound to the
-    field (`filterable`'s key, escaped: any text), so equal values of one field match."""
-    where = owner + b"/" + sealing.place("meta_filter", field)
+def _tag(
+    sealer: sealing.Sealer, owner: bytes, field: str, value: Any, scope: str = "meta_filter"
+) -> str:
+    """A metadata value (or, `scope` "ids", a user's or session's id) as a filter matches
+    it: its tag under the user's key, bound to the field (`filterable`'s key, escaped: any
+    text), so equal values of one field match."""
+    where = owner + b"/" + sealing.place(scope, field)
     return sealer.tag(orjson.dumps(value), where)
 
 
-def _opened(payload: Mapping[str, Any], owner: _Owner, pid: str) -> dict[str, Any]:
-    """A stored payload of `owner`'s with its sealed text opened (`SealBroken` if it does
-    not open); plain fields, of a point written before sealing, as they are."""
-    out = dict(payload)
+def _opened(payload: Mapping[str, Any], owner: _Owner, pid: str, user_id: str) -> dict[str, Any]:
+    """A stored payload of `owner`'s (`user_id`: the query's, the tag stored in its place)
+    with its sealed text opened (`SealBroken` if it does not open); plain fields, of a
+    point written before sealing, as they are."""
+    out = {**payload, "user_id": user_id}
     for name in SEALED:
         token = out.pop(f"{name}_sealed", None)
         if token is None:

@@ -308,8 +308,15 @@ class VectorIndex(Protocol):
     async def ensure_collection(self) -> None: ...
     async def upsert(self, points: Sequence[VectorPoint]) -> None: ...
     async def delete(self, ids: Sequence[uuid.UUID]) -> None: ...
-    async def set_payload(self, updates: Sequence[tuple[uuid.UUID, PayloadPatch]]) -> None:
-        """Overwrite these payload fields of points; points that do not exist are skipped."""
+    async def set_payload(
+        self,
+        updates: Sequence[tuple[uuid.UUID, PayloadPatch]],
+        *,
+        owner: tuple[str, str] | None = None,
+    ) -> None:
+        """Overwrite these payload fields of points; points that do not exist are skipped.
+        `owner`: the (tenant, user) whose points they all are, which a patch of a field the
+        user's key seals or tags needs (a Qdrant server, docs/privacy.md)."""
         ...
 
     async def candidates(self, query: VectorQuery) -> CandidateLists:

@@ -55,6 +55,7 @@ async def test_the_servers_files_hold_no_text_and_an_erasure_destroys_its_key(
 ) -> None:
     tag = uuid.uuid4().hex[:10]
     user, other, session = f"sealed-{tag}", f"bystander-{tag}", f"sess-{tag}"
+    hobbies = f"hobbies-{tag}"
     marker = f"ZQSEAL{tag}"
     storage = tmp_path / "qdrant"
     # A database of its own: the shared one's apps would promote these turns into their
@@ -74,6 +75,7 @@ async def test_the_servers_files_hold_no_text_and_an_erasure_destroys_its_key(
         )
         assert note.status_code == 201, note.text
         await post_messages(running, f"o-{tag}", other, [turn("I water the ferns on Sundays.")])
+        await post_messages(running, hobbies, user, [turn("I play the cello every evening.")])
 
         # Recall reads the text back, and filters on plain fields still narrow it.
         found = await recall(running, user, "locker code", min_relevance=0)
@@ -91,11 +93,24 @@ async def test_the_servers_files_hold_no_text_and_an_erasure_destroys_its_key(
         tea = await recall(running, user, "green tea", metadata={"topic": "tea"})
         assert tea[0]["metadata"] == {"topic": "tea", "by": f"{marker} patch"}
 
-        # The text is nowhere in the server's files; the bystander's ferns, in the index
-        # too, neither.
+        # Recall narrowed to a session (`session_ids`, the sessions' ids stored as tags)
+        # finds that session's turns only; a deleted session's, none.
+        narrowed = {"min_relevance": 0, "session_ids": [hobbies]}
+        cello = await recall(running, user, "cello evening", **narrowed)
+        assert cello
+        assert all("cello" in r["content"] for r in cello)
+        mine = await recall(running, user, "cello evening", min_relevance=0, session_ids=[session])
+        assert not any("cello" in r["content"] for r in mine)
+        gone = await running.client.delete(f"/v1/sessions/{hobbies}", params={"user_id": user})
+        assert gone.status_code == 200, gone.text
+        assert await recall(running, user, "cello evening", **narrowed) == []
+
+        # The text is nowhere in the server's files, nor the user's or sessions' ids; the
+        # bystander's ferns and id, in the index too, neither.
         assert await recall(running, other, "ferns", min_relevance=0)
-        assert _holding(storage, marker) == {}
-        assert _holding(storage, "ferns") == {}
+        assert await recall(running, user, "locker code", min_relevance=0)
+        for needle in (marker, "ferns", "cello", user, other, session, hobbies):
+            assert _holding(storage, needle) == {}, needle
         assert await _key_rows(running, user) == 1
 
         receipt = await _erase(running, user)
@@ -112,10 +127,11 @@ async def test_points_written_before_sealing_read_as_they_are_until_patched(
     pg_databases: Callable[[], Awaitable[str]],
     start_app: Callable[[Settings], Any],
 ) -> None:
-    """A point of a user whose text was stored plain (before keys existed) is read as it
-    is; a patch of its metadata seals the new value and drops the plain one."""
+    """A point of a user whose text and ids were stored plain (before keys existed) is read
+    as it is and matched by its plain ids (recall, session narrowing, the erasure); a patch
+    of its metadata seals the new value and drops the plain one."""
     tag = uuid.uuid4().hex[:10]
-    user, marker = f"legacy-{tag}", f"ZQOLD{tag}"
+    user, marker, old_session = f"legacy-{tag}", f"ZQOLD{tag}", f"old-sess-{tag}"
     storage = tmp_path / "qdrant"
     # A database of its own: the shared one's apps would promote these turns into their
     # own indexes.
@@ -133,11 +149,11 @@ async def test_points_written_before_sealing_read_as_they_are_until_patched(
         payload = MemoryPayload(
             tenant_id="default",
             user_id=user,
-            session_id=None,
+            session_id=old_session,
             memory_type="semantic",
             content=text,
             importance=0.5,
-            sources=[],
+            sources=[{"session_id": old_session, "message_id": "seq:1", "seq": 1}],
             metadata={"old": marker},
             created_at=datetime.now(UTC),
         )
@@ -150,6 +166,8 @@ async def test_points_written_before_sealing_read_as_they_are_until_patched(
         assert text in [r["content"] for r in found]
         old = await recall(running, user, "cello", metadata={"old": marker}, min_relevance=0)
         assert [r["content"] for r in old] == [text]  # its plain filter value matches too
+        narrowed = await recall(running, user, "cello", session_ids=[old_session], min_relevance=0)
+        assert [r["content"] for r in narrowed] == [text]  # its plain session id too
 
         await sealed.set_payload([(point.id, {"metadata": {"new": "value"}})])
         hits = await sealed.client.retrieve(sealed.collection, [str(point.id)])
@@ -172,6 +190,7 @@ async def test_points_written_before_sealing_read_as_they_are_until_patched(
         receipt = await _erase(running, user)
         assert receipt["purged_from_disk"]["index_text"] is False
         assert await _key_rows(running, user) == 0
+        assert await sealed.count() == 0  # its point and the one with tagged ids
 
 
 async def test_a_user_row_without_a_key_gets_one_on_its_next_point(tmp_path: Path) -> None:
@@ -222,10 +241,10 @@ async def test_a_user_row_without_a_key_gets_one_on_its_next_point(tmp_path: Pat
 async def test_a_point_whose_key_is_gone_is_left_out_and_a_new_key_is_read_again(
     tmp_path: Path,
 ) -> None:
-    """Recall reads keys through a cache: a point sealed under a key the table no longer
-    holds (its user erased) is left out of the candidates; one sealed under a newer key
-    (the user made again under the same id, in another process) makes it read the key
-    again, and opens."""
+    """Recall reads keys through a cache: a point stores its user's id as a tag under their
+    key, so a process caching the key of a user erased elsewhere finds nothing; once the
+    user is made again under the same id (a new key), their new point is found and opens:
+    a search that matched nothing reads the key again."""
     from qdrant_client import AsyncQdrantClient
 
     from app.stores import sessions as session_store
@@ -273,11 +292,14 @@ async def test_a_point_whose_key_is_gone_is_left_out_and_a_new_key_is_read_again
         await index.upsert([point("likes tea")])
         assert await texts() == ["likes tea"]  # the key is cached now
 
-        await erase_key()  # erased elsewhere: this process still caches the old key
-        assert await texts() == ["likes tea"]
+        # Erased elsewhere, as the erasure does it: their points, then their key. This
+        # process still caches the old key.
+        assert await elsewhere.delete_user("default", "ana") == 1
+        await erase_key()
+        assert await texts() == []
         await make_user()  # made again: a new key, which sealing reads from the table
         await elsewhere.upsert([point("likes green tea")])
-        # The old point no longer opens: left out. The new one opens once the key is read.
+        # Its user's id is a tag under the new key: found once the key is read again.
         assert await texts() == ["likes green tea"]
     finally:
         await client.close()
