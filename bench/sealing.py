@@ -80,16 +80,15 @@ def micro_terms(rounds: int) -> tuple[float, float, int]:
 def micro(rounds: int) -> tuple[float, float]:
     """Microseconds to seal, then to open, one point's text (median of `rounds`)."""
     owner = _Owner(sealing.place(TENANT, USER), sealing.Sealer(sealing.new_key()))
-    owners = {(TENANT, USER): owner}
     raw = payload(7).to_dict()
     pid = str(uuid.uuid4())
     seal_us, open_us = [], []
     for _ in range(rounds):
         start = time.perf_counter()
-        stored = _sealed(raw, owners, pid)
+        stored = _sealed(raw, owner, pid)
         seal_us.append((time.perf_counter() - start) * 1e6)
         start = time.perf_counter()
-        _opened(stored, owner, pid)
+        _opened(stored, owner, pid, USER)
         open_us.append((time.perf_counter() - start) * 1e6)
     return statistics.median(seal_us), statistics.median(open_us)
 
@@ -97,10 +96,10 @@ def micro(rounds: int) -> tuple[float, float]:
 OPENING: list[float] = []  # seconds spent opening payloads, per call of `_opened`
 
 
-def _timed_open(payload: Any, owner: _Owner, pid: str) -> dict[str, Any]:
+def _timed_open(payload: Any, owner: _Owner, pid: str, user_id: str) -> dict[str, Any]:
     start = time.perf_counter()
     try:
-        return _opened(payload, owner, pid)
+        return _opened(payload, owner, pid, user_id)
     finally:
         OPENING.append(time.perf_counter() - start)
 
@@ -151,8 +150,8 @@ async def main(argv: list[str] | None = None) -> None:
         f"a query's {query_us:.1f} us (median)"
     )
     size = len(orjson.dumps(payload(7).to_dict()))
-    owners = {(TENANT, USER): _Owner(b"o", sealing.Sealer(bytes(32)))}
-    sealed = len(orjson.dumps(_sealed(payload(7).to_dict(), owners, str(uuid.uuid4()))))
+    owner = _Owner(b"o", sealing.Sealer(bytes(32)))
+    sealed = len(orjson.dumps(_sealed(payload(7).to_dict(), owner, str(uuid.uuid4()))))
     print(f"payload size: {size} B plain, {sealed} B sealed")
 
     rng = np.random.default_rng(0)
@@ -178,7 +177,7 @@ async def main(argv: list[str] | None = None) -> None:
             "plain": QdrantServerIndex(clients[0], "bench", DIM, local=True),
             "sealed": QdrantServerIndex(clients[1], "bench", DIM, local=True, keys=UserKeys(db)),
         }
-        qdrant_server._opened = _timed_open  # type: ignore[assignment]
+        qdrant_server._opened = _timed_open
         results, opening = await recall_ms(indexes, points, args.top_k, args.rounds)
         for client in clients:
             await client.close()

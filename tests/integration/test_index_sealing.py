@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from qdrant_client.http import models as qm
 
 from app.core import terms
 from app.settings import Settings
@@ -344,7 +345,12 @@ async def test_the_sparse_vectors_term_ids_are_keyed_and_still_found(tmp_path: P
             await writer.upsert([point])
             ids.append(str(point.id))
         stored = await client.retrieve("c", ids, with_vectors=["sparse"])
-        by_id = {str(r.id): r.vector["sparse"].indices for r in stored}  # type: ignore[index]
+        by_id: dict[str, list[int]] = {}
+        for r in stored:
+            assert isinstance(r.vector, dict)
+            sparse = r.vector["sparse"]
+            assert isinstance(sparse, qm.SparseVector)
+            by_id[str(r.id)] = list(sparse.indices)
         words = set(terms.document_vector("waters the ferns").indices)
         assert not words & set(by_id[ids[0]])  # keyed: none of the words' ids
         assert set(terms.document_vector("prunes the ferns").indices) == set(by_id[ids[1]])
