@@ -87,26 +87,20 @@ async def _serve_mcp(settings: Settings, tenant: str | None, user: str | None) -
 
     from app import mcp as strata_mcp
     from app.wiring import open_container
-    from app.worker import finish, run_worker
+    from app.worker import start_in_process
 
     refuse_unworkable(settings, "api")
     async with DataDirLock(settings, "strata mcp"), open_container(settings) as container:
         principal = container.services.keys.open_principal()
         principal = replace(principal, tenant_id=tenant or principal.tenant_id, user_id=user)
         strata_mcp.bind(container.services, principal)
-        stop = asyncio.Event()
-        worker = (
-            asyncio.create_task(run_worker(container, stop), name="strata-worker")
-            if settings.run_worker_in_process
-            else None
-        )
+        worker = start_in_process(container) if settings.run_worker_in_process else None
         try:
             await strata_mcp.build_server().run_stdio_async()
         finally:
-            stop.set()
             if worker is not None:
                 with contextlib.suppress(Exception):
-                    await finish(worker, settings.worker_stop_grace_seconds)
+                    await worker.stop()
             await container.services.recall.drain()
 
 

@@ -6,7 +6,6 @@ environment at import.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -44,7 +43,7 @@ from app.metrics import Metrics, RequestMetrics
 from app.resources import Resources
 from app.settings import Settings, refuse_unworkable
 from app.wiring import Container, Services, open_container
-from app.worker import finish, run_worker
+from app.worker import start_in_process
 
 DESCRIPTION = """Long-term memory for AI agents. Strata keeps an agent's history in three
 layers (in-context, a Redis session buffer, long-term Qdrant + SQL) and hands back, in one
@@ -96,12 +95,7 @@ def _lifespan(
             await stack.enter_async_context(mcp_endpoint.server.session_manager.run())
             if settings.gc_freeze:
                 malloc.freeze_long_lived()
-            stop = asyncio.Event()
-            worker = (
-                asyncio.create_task(run_worker(container, stop), name="strata-worker")
-                if settings.run_worker_in_process
-                else None
-            )
+            worker = start_in_process(container) if settings.run_worker_in_process else None
             try:
                 yield State(
                     settings=settings,
@@ -111,10 +105,9 @@ def _lifespan(
                     metrics=resources.metrics,
                 )
             finally:
-                stop.set()
                 if worker is not None:
                     try:
-                        await finish(worker, settings.worker_stop_grace_seconds)
+                        await worker.stop()
                     except Exception:  # logged; shutdown goes on to flush what it can
                         log.exception("worker ended with an error")
                 await services.recall.drain()

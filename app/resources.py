@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import httpx
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core import terms
 from app.core.clock import Clock, utc_now
@@ -52,7 +54,9 @@ class Resources:
     clock: Clock = utc_now
 
 
-def _redis(settings: Settings) -> Redis:
+def _redis(settings: Settings, beside: Redis | None = None) -> Redis:
+    """The client of the settings' Redis; embedded, an in-process stand-in. `beside`: a
+    client of the same stand-in (its server) for another event loop (`open_for_thread`)."""
     if settings.redis_url is not None:
         # Short time-outs and no retries inside the client: a frozen Redis must cost one
         # time-out, after which the breaker skips it (the log is the truth).
@@ -67,7 +71,10 @@ def _redis(settings: Settings) -> Redis:
     # the same process (tests) gets a server of its own.
     import fakeredis
 
-    return fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    server = (
+        beside.connection_pool.connection_kwargs["server"] if beside is not None else None
+    )  # its state is under a lock of its own: clients on two threads may share it
+    return fakeredis.FakeAsyncRedis(server=server or fakeredis.FakeServer())
 
 
 def _embedder(settings: Settings) -> Embedder:
@@ -171,16 +178,21 @@ async def _warn_purge_blockers(db: Database) -> None:
         )
 
 
+def _engines(settings: Settings) -> tuple[AsyncEngine, AsyncEngine | None]:
+    """The writer's engine, and on SQLite the readers' (app/stores/db.py)."""
+    dsn = settings.database_dsn
+    return (
+        create_engine(dsn, lock_timeout_seconds=settings.db_lock_timeout_seconds),
+        create_engine(dsn, readonly=True) if settings.is_sqlite else None,
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
     async with contextlib.AsyncExitStack() as stack:
         if settings.auto_migrate:
             await migrate(settings.database_dsn)
-        dsn = settings.database_dsn
-        db = Database(
-            create_engine(dsn, lock_timeout_seconds=settings.db_lock_timeout_seconds),
-            create_engine(dsn, readonly=True) if settings.is_sqlite else None,
-        )
+        db = Database(*_engines(settings))
         stack.push_async_callback(db.close)
         if settings.erasure_purge_database:
             await _warn_purge_blockers(db)
@@ -235,3 +247,39 @@ async def open_resources(settings: Settings) -> AsyncIterator[Resources]:
         yield Resources(
             settings, db, buffer, vectors, embedder, tokens, signals, metrics, generations, llm
         )
+
+
+@contextlib.asynccontextmanager
+async def open_for_thread(resources: Resources) -> AsyncIterator[Resources]:
+    """`resources` for another event loop of the process, opened and closed on it (the
+    worker's thread, app/worker.py): clients bound to the loop that opened them are its own
+    (the database's engines, sharing the writer lock and the commit hooks; the buffer's
+    Redis client, on the same in-process server; the HTTP clients of the LLM and of a
+    remote embedder), the rest is the process's one (the index, the local encoder, the
+    signals, the metrics, the change marks). Only where no Redis server is configured:
+    the signals and the change marks publish through the api's client
+    (`Settings.worker_on_thread`)."""
+    settings = resources.settings
+    if resources.signals.redis is not None or (
+        resources.generations is not None and resources.generations.redis is not None
+    ):
+        raise RuntimeError("a Redis server's signals are the api loop's: no worker thread")
+    async with contextlib.AsyncExitStack() as stack:
+        db = resources.db.sibling(*_engines(settings))
+        stack.push_async_callback(db.close)
+        buffer = Buffer(
+            _redis(settings, beside=resources.buffer.redis),
+            window=settings.buffer_window,
+            ttl_seconds=settings.buffer_ttl_seconds,
+            breaker=resources.buffer.breaker,
+        )
+        stack.push_async_callback(buffer.close)
+        embedder = resources.embedder
+        if settings.embedder == "openai":  # over HTTP: a client of this loop's
+            remote = _embedder(settings)
+            stack.push_async_callback(remote.close)
+            embedder = MeteredEmbedder(remote, resources.metrics)
+        llm = _llm(settings)
+        if llm is not None:
+            stack.push_async_callback(llm.close)
+        yield dataclasses.replace(resources, db=db, buffer=buffer, embedder=embedder, llm=llm)

@@ -138,6 +138,13 @@ class Settings(BaseSettings):
         description="run the promotion worker inside the api; default: with SQLite, or "
         "when the index is embedded (no STRATA_QDRANT_URL), which only the api can open",
     )
+    worker_thread: bool = Field(
+        default=True,
+        description="run the in-process worker on a thread and event loop of its own, so "
+        "that promotion's coroutines do not queue between a request's statements "
+        '(docs/reliability.md, "The worker\'s own thread"); only without a Redis server '
+        "(STRATA_REDIS_URL), whose client the signals share with the api's loop",
+    )
     worker_batch_messages: int = Field(
         default=256,
         ge=1,
@@ -695,6 +702,11 @@ class Settings(BaseSettings):
         if self.worker_in_process is not None:
             return self.worker_in_process
         return self.is_sqlite or self.qdrant_url is None
+
+    @property
+    def worker_on_thread(self) -> bool:
+        """The in-process worker runs on a thread of its own (app/worker.py)."""
+        return self.run_worker_in_process and self.worker_thread and self.redis_url is None
 
     def refusal(self, role: Literal["api", "worker"]) -> str | None:
         """Why this configuration cannot work for `role`, or None. Qdrant Edge is a shard

@@ -1,16 +1,22 @@
-"""The worker: `python -m app.worker` (full stack), or a task inside the api (embedded).
-Both run `run_worker` on a container of `app.wiring` (embedded: the api's own, so the api
-and its worker share every service): promotion, and beside it the job runner and the
-periodic scheduler (docs/architecture.md, "Background work")."""
+"""The worker: `python -m app.worker` (full stack), or inside the api (embedded): on a thread
+and event loop of its own (`WorkerThread`), or, with a Redis server, as a task on the api's
+loop (`WorkerTask`). Each runs `run_worker` on a container of `app.wiring`: promotion, and
+beside it the job runner and the periodic scheduler (docs/architecture.md, "Background
+work"). On its thread the worker's container is built on the api's resources, with clients
+of its own loop where a client belongs to one (`open_for_thread`), so that promotion's
+coroutines never queue between a request's statements (docs/reliability.md, "The worker's
+own thread")."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -18,12 +24,13 @@ from datetime import UTC, datetime, timedelta
 from app import logs, malloc
 from app.jobs import tasks as job_tasks
 from app.jobs.registry import Registry
-from app.resources import Resources
+from app.resources import Resources, open_for_thread
 from app.services.reindex import REINDEX
 from app.settings import Settings, refuse_unworkable
 from app.stores import heartbeats
+from app.stores.loops import Wakeup
 from app.stores.signals import Signals
-from app.wiring import Container, open_container
+from app.wiring import Container, build_container, open_container
 
 log = logging.getLogger("strata.worker")
 
@@ -166,7 +173,7 @@ async def _wait_for_work(signals: Signals, stop: asyncio.Event, poll: float) -> 
     await _wait_for(signals.work, stop, poll)
 
 
-async def _wait_for(event: asyncio.Event, stop: asyncio.Event, seconds: float) -> None:
+async def _wait_for(event: Wakeup, stop: asyncio.Event, seconds: float) -> None:
     """Until `event`, `stop`, or `seconds`."""
     waiter = asyncio.ensure_future(event.wait())
     stopper = asyncio.ensure_future(stop.wait())
@@ -179,6 +186,79 @@ async def _wait_for(event: asyncio.Event, stop: asyncio.Event, seconds: float) -
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
+
+
+class WorkerTask:
+    """The in-process worker as a task on the caller's (the api's) loop."""
+
+    def __init__(self, container: Container) -> None:
+        self.grace = container.resources.settings.worker_stop_grace_seconds
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(run_worker(container, self._stop), name="strata-worker")
+
+    async def stop(self) -> None:
+        """Ends the worker (`finish`); re-raises what it raised."""
+        self._stop.set()
+        await finish(self._task, self.grace)
+
+
+class WorkerThread:
+    """The in-process worker on a thread and event loop of its own, on `container`'s
+    resources: `open_for_thread` gives it clients of its loop, and the stores it shares
+    with the api's loop take turns across loops (app/stores/loops.py)."""
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.grace = container.resources.settings.worker_stop_grace_seconds
+        self.loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()  # the worker loop's (bound there at its first wait)
+        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.thread = threading.Thread(target=self._main, name="strata-worker", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            with asyncio.Runner(loop_factory=lambda: self.loop) as runner:
+                runner.run(self._run())
+        except BaseException as exc:  # reported to `stop`, on the api's loop
+            self._ended.set_exception(exc)
+        else:
+            self._ended.set_result(None)
+
+    async def _run(self) -> None:
+        async with open_for_thread(self.container.resources) as resources:
+            worker = asyncio.create_task(
+                run_worker(build_container(resources), self._stop), name="strata-worker"
+            )
+            stopping = asyncio.create_task(self._stop.wait())
+            try:
+                await asyncio.wait({worker, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            await finish(worker, self.grace)
+
+    async def stop(self) -> None:
+        """Ends the worker (`finish`, on its loop) and its thread; re-raises what it
+        raised. A thread that outlives its grace and the time to close its clients is
+        left behind (a daemon), as a task that ignores its cancellation is."""
+        with contextlib.suppress(RuntimeError):  # its loop is closed: it ended already
+            self.loop.call_soon_threadsafe(self._stop.set)
+        limit = self.grace + _CANCEL_WAIT_SECONDS + _CLOSE_SECONDS
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._ended)), limit)
+        except TimeoutError:
+            log.error("the worker's thread did not end within %.0f s; leaving it", limit)
+
+
+_CLOSE_SECONDS = 5.0  # after the worker's pass: its thread's clients closed
+
+
+def start_in_process(container: Container) -> WorkerTask | WorkerThread:
+    """The api's worker (`Settings.run_worker_in_process`): on a thread of its own where the
+    stores can be shared across loops (`Settings.worker_on_thread`), else a task here."""
+    if container.resources.settings.worker_on_thread:
+        return WorkerThread(container)
+    return WorkerTask(container)
 
 
 async def main() -> None:

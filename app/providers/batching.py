@@ -9,6 +9,10 @@ loop), then goes with whatever has arrived; queries that arrive while a call run
 next call, so the wait only matters to the first query of an idle service, and there a
 wait of 1 ms cost a sequential caller ~1 ms per recall and gained nothing with 8 clients
 (bench/HISTORY.md, "Side by side with Mem0").
+
+The batcher belongs to the first event loop that embeds through it (the api's): a query from
+another loop (the worker's thread, app/worker.py) is embedded on its own, unbatched, since
+the waiting futures and the running call are that first loop's.
 """
 
 from __future__ import annotations
@@ -42,10 +46,19 @@ class QueryBatcher:
         self.wait_seconds = wait_seconds
         self._waiting: dict[str, list[asyncio.Future[Vector]]] = {}
         self._runner: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.stats = BatchStats()
 
     async def embed(self, text: str) -> Vector:
         loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            # Rare (the worker's queries): a call of its own on the encoder's thread.
+            vectors = await self._encode([text])
+            if len(vectors) != 1:
+                raise RuntimeError(f"encoder returned {len(vectors)} vectors for 1")
+            return vectors[0]
         future: asyncio.Future[Vector] = loop.create_future()
         # The same text twice in a batch (context and recall of one turn) is embedded once.
         self._waiting.setdefault(text, []).append(future)

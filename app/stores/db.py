@@ -8,7 +8,9 @@ behind promotion's writes. The process's writers also take turns on an asyncio l
 their BEGIN: SQLite's own wait for a held write lock is its busy handler, which sleeps in
 steps of 1, 2, 5, 10, 15, 20, 25 ms, so a one-message ingest behind a promotion pass of a
 few milliseconds woke tens of milliseconds later (the p99 of one-message ingest); the lock
-hands the writer over the moment the last one commits. Other processes on the same file
+hands the writer over the moment the last one commits. It is a `TurnLock`
+(app/stores/loops.py): the worker's thread, on an event loop and engines of its own
+(`Database.sibling`), takes its turns on the same lock. Other processes on the same file
 still meet the busy handler.
 
 The transaction is also the boundary where the drivers' failures become the service's:
@@ -43,6 +45,7 @@ from sqlalchemy.pool import NullPool
 
 from app.errors import DatabaseUnavailable
 from app.stores import changes, pg_purge
+from app.stores.loops import TurnLock
 from app.stores.purged import Purged
 
 if TYPE_CHECKING:
@@ -179,12 +182,22 @@ class Database:
         self._sessions = session_factory(engine)
         self._reads = session_factory(self.reader)
         self._on_commit: list[CommitHook] = []
-        # SQLite has one writer at a time: the process's writers queue here, in order.
-        self._writer = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        # SQLite has one writer at a time: the process's writers queue here, in order, the
+        # api's and its worker thread's alike (`sibling`).
+        self._writer = TurnLock() if engine.dialect.name == "sqlite" else None
         # Purges after erasures, one at a time; those asking meanwhile share the next.
-        self._purge_turn = asyncio.Lock()
-        self._purges_started = self._purges_done = 0
-        self._last_purge: Purged | None = None
+        self._purges = _Purges()
+
+    def sibling(self, engine: AsyncEngine, reader: AsyncEngine | None = None) -> Database:
+        """The same database on engines of another event loop (an engine's pool and its
+        connections belong to the loop that opened them): the worker's thread
+        (app/worker.py). Its writers take turns with this one's on the one writer lock, its
+        purges with this one's, and its commits call the same hooks."""
+        other = Database(engine, reader)
+        other._on_commit = self._on_commit
+        other._writer = self._writer
+        other._purges = self._purges
+        return other
 
     @property
     def dialect(self) -> str:
@@ -231,12 +244,13 @@ class Database:
         switched and checkpointed (`app.stores.pg_purge`, its waits bounded by
         `lock_timeout_seconds` and `wait_seconds`). SQLite: the whole file (`tables` unused).
         """
-        asked = self._purges_started + 1
-        async with self._purge_turn:
-            if self._last_purge is not None and self._purges_done >= asked:
-                return self._last_purge
-            self._purges_started += 1
-            number = self._purges_started
+        turns = self._purges
+        asked = turns.started + 1
+        async with turns.turn:
+            if turns.last is not None and turns.done >= asked:
+                return turns.last
+            turns.started += 1
+            number = turns.started
             if self.dialect == "sqlite":
                 purged = await self._purge_sqlite()
             else:
@@ -247,7 +261,7 @@ class Database:
                         lock_timeout_seconds=lock_timeout_seconds,
                         wait_seconds=wait_seconds,
                     )
-            self._purges_done, self._last_purge = number, purged
+            turns.done, turns.last = number, purged
             return purged
 
     async def _purge_sqlite(self) -> Purged:
@@ -296,6 +310,15 @@ async def _driver(conn: AsyncConnection) -> Any:
     return driver
 
 
+class _Purges:
+    """The purges of a database and its siblings, one at a time (`Database.purge`)."""
+
+    def __init__(self) -> None:
+        self.turn = TurnLock()
+        self.started = self.done = 0
+        self.last: Purged | None = None
+
+
 # How long a write waits for the process's SQLite writer (SQLite's busy time-out is the same).
 WRITER_WAIT_SECONDS = 30.0
 
@@ -305,7 +328,7 @@ class _Transaction:
         self,
         factory: async_sessionmaker[AsyncSession],
         on_commit: list[CommitHook] | None = None,
-        writer: asyncio.Lock | None = None,
+        writer: TurnLock | None = None,
     ) -> None:
         self._factory = factory
         self._on_commit = on_commit if on_commit is not None else []  # the Database's own

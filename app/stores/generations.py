@@ -20,6 +20,7 @@ expire (`context_cache_seconds`).
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Iterable
 
@@ -54,6 +55,8 @@ class Generations:
         self.redis = redis  # None: one process (embedded), the counters stay in it
         self.breaker = breaker
         self._local: dict[Scope, int] = {}
+        # The api's loop and its worker's thread (app/worker.py) both bump: no bump lost.
+        self._bumping = threading.Lock()
         # Raised by each failure to read or bump the counters: what this process cached
         # before a bump it could not send, or before an outage it saw, is never used again.
         self._failures = 0
@@ -83,8 +86,9 @@ class Generations:
         """After a commit: these users' cached reads are no longer valid. Never raises."""
         found = set(scopes)
         if self.redis is None:
-            for scope in found:
-                self._local[scope] = self._local.get(scope, 0) + 1
+            with self._bumping:
+                for scope in found:
+                    self._local[scope] = self._local.get(scope, 0) + 1
             return
         try:
             with self.breaker.guard():

@@ -40,6 +40,7 @@ import orjson
 
 from app import malloc, mapped
 from app.errors import VectorStoreUnavailable
+from app.stores.loops import TurnLock, running_loop
 from app.stores.term_counts import TermCounts, UserKey
 from app.stores.vectors import (
     FLOAT_FIELDS,
@@ -113,7 +114,14 @@ class QdrantEdgeIndex:
         self._points = 0
         self._journal: list[Callable[[Any], None]] | None = None  # writes during a build
         self._builder: asyncio.Task[None] | None = None
-        self._rebuilding = asyncio.Lock()  # one graph build or purge at a time
+        # The loop the index was opened on (the api's), where its graph builds run: an
+        # upsert from the worker's thread (app/worker.py) starts its build there.
+        self._home: asyncio.AbstractEventLoop | None = None
+        # One graph build or purge at a time, of either loop (a purge is an erasure's job,
+        # on the worker's).
+        self._rebuilding = TurnLock()
+        # `_points` and `_unbuilt`, written by both loops' writes (after `_lock`, if both).
+        self._counting = threading.Lock()
         # Erasures (`delete_user`) so far, and how many of them the last purge followed:
         # erasures waiting for one purge are all served by the next.
         self._erasures = 0
@@ -156,6 +164,7 @@ class QdrantEdgeIndex:
             return 0
 
     async def ensure_collection(self) -> None:
+        self._home = asyncio.get_running_loop()
         await asyncio.to_thread(self._open)
         self._maybe_build()  # a grown index from before this version, or a cut-short build
 
@@ -276,8 +285,9 @@ class QdrantEdgeIndex:
         await self._write(
             lambda shard: shard.update(op), [p.id for p in points], terms=terms, stored=stored
         )
-        self._unbuilt += len(points)
-        self._points += len(points)
+        with self._counting:
+            self._unbuilt += len(points)
+            self._points += len(points)
         self._maybe_build()
 
     async def delete(self, ids: Sequence[uuid.UUID]) -> None:
@@ -286,7 +296,8 @@ class QdrantEdgeIndex:
         if ids:
             op = qe.UpdateOperation.delete_points(list(ids))
             await self._write(lambda shard: shard.update(op), ids, terms=dict.fromkeys(ids))
-            self._points = max(0, self._points - len(ids))
+            with self._counting:
+                self._points = max(0, self._points - len(ids))
 
     async def set_payload(
         self,
@@ -658,7 +669,8 @@ class QdrantEdgeIndex:
                         self._journal.append(lambda shard: shard.update(op))
                     self._cached.clear()
                 self._terms.drop((tenant_id, user_id))
-                self._points = max(0, self._points - found)
+                with self._counting:
+                    self._points = max(0, self._points - found)
                 if self._uses:  # the erased points' uses: their ids leave the process too
                     kept = self._shard.retrieve(
                         list(self._uses), with_payload=False, with_vector=False
@@ -781,6 +793,13 @@ class QdrantEdgeIndex:
 
     def _maybe_build(self) -> None:
         if self._shard is None or not self._build_due():
+            return
+        home = self._home
+        if home is not None and home is not running_loop():
+            # From the worker's thread: the build is the api loop's task, which `close`
+            # (on that loop) cancels and awaits.
+            with contextlib.suppress(RuntimeError):  # that loop is closed: closing too
+                home.call_soon_threadsafe(self._maybe_build)
             return
         if self._builder is not None and not self._builder.done():
             return
@@ -920,7 +939,8 @@ class QdrantEdgeIndex:
                         json.dumps({"dir": generation, "built_points": built_points})
                     )
                     os.replace(self._pointer.with_suffix(".tmp"), self._pointer)
-                    self._unbuilt = max(0, self._points - built_points)
+                    with self._counting:
+                        self._unbuilt = max(0, self._points - built_points)
                     if self._failed_during_build:
                         self._terms_stale = True
                         self._failed_during_build = False

@@ -1,7 +1,9 @@
 """Wake-ups between ingest and the worker: "work arrived" (ingest → worker) and "a session is
 indexed up to seq" (worker → the requests waiting for it).
 
-Within one process they are asyncio events, set at once. Across processes (the full stack:
+Within one process they are events, set at once, from either of its event loops: the
+api's, or its worker's on a thread of its own (app/worker.py), so each wakes its waiters on
+the loop they wait on (`Wakeup`, `Watch._wake`). Across processes (the full stack:
 api processes and separate workers) they also travel over Redis pub/sub: each process keeps
 one subscription and sets its local events from it. A lost signal only delays: the worker
 polls the log for backlog and a waiting request re-reads its watermark now and then, so
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 
 from redis.asyncio import Redis
@@ -21,6 +24,7 @@ from redis.asyncio import Redis
 from app.core import keys
 from app.errors import BufferUnavailable
 from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker
+from app.stores.loops import Wakeup, running_loop
 
 INDEXED_CHANNEL = "strata:indexed"
 
@@ -32,11 +36,16 @@ class Watch:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._loop = asyncio.get_running_loop()  # the waiting request's
         # The highest watermark a signal reported: a waiter whose target it reaches is
         # answered without reading the watermark again (the signal follows the commit).
         self.seq = 0
 
     def _wake(self, seq: int) -> None:
+        if running_loop() is not self._loop:  # the worker's thread: the waiter's loop wakes it
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(self._wake, seq)
+            return
         self.seq = max(self.seq, seq)
         self._event.set()
 
@@ -54,11 +63,14 @@ class Signals:
     def __init__(self, redis: Redis | None, breaker: Breaker) -> None:
         self.redis = redis
         self.breaker = breaker
-        self.work = asyncio.Event()  # set when messages arrived; the worker clears it
+        self.work = Wakeup()  # set when messages arrived; the worker clears it
         # Set when a request waits for the index (`wait=true`): a worker pausing to gather a
         # trickle of messages into one pass (`worker_debounce_seconds`) goes on at once.
-        self.urgent = asyncio.Event()
+        self.urgent = Wakeup()
         self._watches: dict[tuple[str, str, str], set[Watch]] = {}
+        # Requests add and drop their watches on the api's loop while the worker's thread
+        # reads them (`_advanced`).
+        self._watching = threading.Lock()
         self._task: asyncio.Task[None] | None = None
 
     # Local side.
@@ -86,18 +98,22 @@ class Signals:
         """Register before reading the watermark, so that no advance falls in between."""
         key = (tenant_id, user_id, session_id)
         watch = Watch()
-        self._watches.setdefault(key, set()).add(watch)
+        with self._watching:
+            self._watches.setdefault(key, set()).add(watch)
         try:
             yield watch
         finally:
-            watches = self._watches.get(key)
-            if watches is not None:
-                watches.discard(watch)
-                if not watches:
-                    del self._watches[key]
+            with self._watching:
+                watches = self._watches.get(key)
+                if watches is not None:
+                    watches.discard(watch)
+                    if not watches:
+                        del self._watches[key]
 
     def _advanced(self, tenant_id: str, user_id: str, session_id: str, seq: int) -> None:
-        for watch in self._watches.get((tenant_id, user_id, session_id), ()):
+        with self._watching:
+            watches = list(self._watches.get((tenant_id, user_id, session_id), ()))
+        for watch in watches:
             watch._wake(seq)
 
     # Across processes.
