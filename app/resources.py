@@ -255,15 +255,13 @@ async def open_for_thread(resources: Resources) -> AsyncIterator[Resources]:
     worker's thread, app/worker.py): clients bound to the loop that opened them are its own
     (the database's engines, sharing the writer lock and the commit hooks; the buffer's
     Redis client, on the same in-process server; the HTTP clients of the LLM and of a
-    remote embedder), the rest is the process's one (the index, the local encoder, the
-    signals, the metrics, the change marks). Only where no Redis server is configured:
-    the signals and the change marks publish through the api's client
-    (`Settings.worker_on_thread`)."""
+    remote embedder), the rest is the process's one (the embedded index, the local
+    encoder, the signals, the metrics, the change marks). Only embedded
+    (`Settings.worker_on_thread`): a Qdrant server's client, and the Redis client through
+    which the signals and the change marks publish, are the api loop's."""
     settings = resources.settings
-    if resources.signals.redis is not None or (
-        resources.generations is not None and resources.generations.redis is not None
-    ):
-        raise RuntimeError("a Redis server's signals are the api loop's: no worker thread")
+    if not settings.worker_on_thread:
+        raise RuntimeError("only the embedded stores are shared across event loops")
     async with contextlib.AsyncExitStack() as stack:
         db = resources.db.sibling(*_engines(settings))
         stack.push_async_callback(db.close)

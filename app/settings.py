@@ -142,8 +142,9 @@ class Settings(BaseSettings):
         default=True,
         description="run the in-process worker on a thread and event loop of its own, so "
         "that promotion's coroutines do not queue between a request's statements "
-        '(docs/reliability.md, "The worker\'s own thread"); only without a Redis server '
-        "(STRATA_REDIS_URL), whose client the signals share with the api's loop",
+        '(docs/reliability.md, "The worker\'s own thread"); only with the embedded index '
+        "and no Redis server, whose clients (STRATA_QDRANT_URL, STRATA_REDIS_URL) belong "
+        "to the api's loop",
     )
     worker_batch_messages: int = Field(
         default=256,
@@ -705,8 +706,15 @@ class Settings(BaseSettings):
 
     @property
     def worker_on_thread(self) -> bool:
-        """The in-process worker runs on a thread of its own (app/worker.py)."""
-        return self.run_worker_in_process and self.worker_thread and self.redis_url is None
+        """The in-process worker runs on a thread of its own (app/worker.py): embedded
+        (Qdrant Edge, no Redis server), where every store it shares with the api's loop is
+        safe across loops."""
+        return (
+            self.run_worker_in_process
+            and self.worker_thread
+            and self.redis_url is None
+            and self.qdrant_url is None
+        )
 
     def refusal(self, role: Literal["api", "worker"]) -> str | None:
         """Why this configuration cannot work for `role`, or None. Qdrant Edge is a shard
