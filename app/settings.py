@@ -139,9 +139,11 @@ class Settings(BaseSettings):
         "when the index is embedded (no STRATA_QDRANT_URL), which only the api can open",
     )
     worker_thread: bool = Field(
-        default=True,
+        default=False,
         description="run the in-process worker on a thread and event loop of its own, so "
-        "that promotion's coroutines do not queue between a request's statements "
+        "that promotion's coroutines do not queue between a request's statements (off: "
+        "on two shared cores it did not lower one-message ingest's p99, which the SQLite "
+        "writer and the GIL hold up) "
         '(docs/reliability.md, "The worker\'s own thread"); only with the embedded index '
         "and no Redis server, whose clients (STRATA_QDRANT_URL, STRATA_REDIS_URL) belong "
         "to the api's loop",

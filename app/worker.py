@@ -1,11 +1,12 @@
-"""The worker: `python -m app.worker` (full stack), or inside the api (embedded): on a thread
-and event loop of its own (`WorkerThread`), or, with a Redis server, as a task on the api's
-loop (`WorkerTask`). Each runs `run_worker` on a container of `app.wiring`: promotion, and
-beside it the job runner and the periodic scheduler (docs/architecture.md, "Background
-work"). On its thread the worker's container is built on the api's resources, with clients
-of its own loop where a client belongs to one (`open_for_thread`), so that promotion's
-coroutines never queue between a request's statements (docs/reliability.md, "The worker's
-own thread")."""
+"""The worker: `python -m app.worker` (full stack), or inside the api (embedded): as a task
+on the api's loop (`WorkerTask`), or with `STRATA_WORKER_THREAD=true` on a thread and event
+loop of its own (`WorkerThread`). Each runs `run_worker` on a container of `app.wiring`:
+promotion, and beside it the job runner and the periodic scheduler (docs/architecture.md,
+"Background work"). On its thread the worker's container is built on the api's
+resources, with clients of its own loop where a client belongs to one (`open_for_thread`),
+so that promotion's coroutines never queue between a request's statements; measured, that
+did not lower one-message ingest's p99 on two cores (docs/reliability.md, "The worker's own
+thread")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Embedded, the in-process worker runs on a thread and event loop of its own, on a
-container built on the api's resources (app/worker.py, `WorkerThread`): the same index,
-encoder, signals and metrics, a database handle of its own loop taking turns on the one
-writer lock; a wake-up from the api's loop reaches it, and its advances reach the api's
-waiting requests. As a task on the api's loop (`STRATA_WORKER_THREAD=false`, or a Redis
-server), it runs on the api's own container: its jobs call the very services the routes use."""
+"""Embedded, the in-process worker runs as a task on the api's loop, on the api's own
+container: its jobs call the very services the routes use. With `STRATA_WORKER_THREAD=true`
+it runs on a thread and event loop of its own, on a container built on the api's resources
+(app/worker.py, `WorkerThread`): the same index, encoder, signals and metrics, a database
+handle of its own loop taking turns on the one writer lock; a wake-up from the api's loop
+reaches it, and its advances reach the api's waiting requests."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ async def test_the_in_process_worker_runs_on_the_apis_container(
         return promoter(self, owner, stop)
 
     monkeypatch.setattr(Container, "promoter", spy_promoter)
-    async with start_app(embedded_settings(tmp_path, worker_thread=False)) as running:
+    async with start_app(embedded_settings(tmp_path)) as running:
         container: Container = running.state["container"]
         services = container.services
         assert running.state["services"] is services
@@ -103,6 +103,7 @@ async def test_the_worker_runs_on_a_thread_of_its_own_and_hears_the_apis_wake_up
     hour = 3600.0
     settings = embedded_settings(
         tmp_path,
+        worker_thread=True,
         worker_poll_seconds=hour,
         worker_heartbeat_seconds=hour,
         job_poll_seconds=hour,
