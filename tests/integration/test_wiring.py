@@ -43,7 +43,7 @@ async def test_the_in_process_worker_runs_on_the_apis_container(
         return promoter(self, owner, stop)
 
     monkeypatch.setattr(Container, "promoter", spy_promoter)
-    async with start_app(embedded_settings(tmp_path)) as running:
+    async with start_app(embedded_settings(tmp_path, worker_thread=False)) as running:
         container: Container = running.state["container"]
         services = container.services
         assert running.state["services"] is services
