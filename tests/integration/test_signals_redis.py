@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from redis.asyncio import Redis
 
 from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker, Buffer
+from app.stores.loops import Wakeup
 from app.stores.signals import Signals
 from tests.conftest import REDIS_URL
 
@@ -46,7 +47,9 @@ async def test_what_ingest_and_a_waiting_request_publish() -> None:
         await redis.aclose()
 
 
-async def _publish_until(event: asyncio.Event, publish: Callable[[], Awaitable[object]]) -> None:
+async def _publish_until(
+    event: asyncio.Event | Wakeup, publish: Callable[[], Awaitable[object]]
+) -> None:
     """Publish until `event` is set: the subscription goes live in the background, and
     the channel's subscriber count cannot tell when (other tests' apps subscribe too)."""
     for _ in range(50):
