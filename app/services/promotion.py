@@ -494,12 +494,12 @@ class Promoter:
         await self.vectors.upsert(points)
         row = before.plan.row if before is not None else None
         fresh = [m.chunk.id for m in plan.fresh]
+        # The rows and their events are built before the transaction: SQLite's one writer,
+        # which every ingest waits for, is held for the statements alone.
+        rows = _Rows.of(claim, plan.fresh, self.clock())
         try:
             async with self.db.transaction() as tx:
-                unchanged = await self._commit(tx, claim, plan, from_seq, to_seq, row)
-                gone = watch and await memory_store.deleted_among(
-                    tx, claim.tenant_id, claim.user_id, watch
-                )
+                unchanged = await self._commit(tx, claim, plan, from_seq, to_seq, rows, row)
                 if extract:
                     await enqueue_extraction(
                         tx, claim, from_seq, to_seq, max_attempts=self.config.job_max_attempts
@@ -520,6 +520,7 @@ class Promoter:
         # A context turn deleted since the read: the points that carried its words (the
         # turn before, the new turns) again from the rows; the turn before also when its
         # own row changed.
+        gone = await self._gone(claim, watch)
         again = fresh if gone else []
         if row is not None and (gone or not unchanged):
             again = [row.id, *again]
@@ -529,6 +530,25 @@ class Promoter:
         if again:
             await self._rebuild(claim.tenant_id, again)
         return True
+
+    async def _gone(self, claim: Claim, watch: list[uuid.UUID] | None) -> bool:
+        """Whether a context turn read for the slice is deleted now. Read after the commit,
+        not in the transaction, so SQLite's writer is not held for it (docs/reliability.md,
+        "The worker's own thread"): a deletion committed before ours is seen as before, and
+        one committed since is seen too, which only rebuilds again what that deletion's own
+        rebuild of its neighbours wrote (from the same rows). On PostgreSQL the read in the
+        transaction could miss a deletion committed between it and our commit; this one
+        cannot. Unread (the database failing), the points are rebuilt as if one were."""
+        if not watch:
+            return False
+        try:
+            async with self.db.read() as tx:
+                return bool(
+                    await memory_store.deleted_among(tx, claim.tenant_id, claim.user_id, watch)
+                )
+        except Exception:
+            log.warning("could not read the slice's context turns", exc_info=True)
+            return True
 
     def _points(
         self,
@@ -616,12 +636,13 @@ class Promoter:
         plan: Plan,
         from_seq: int,
         to_seq: int,
+        rows: _Rows,
         before: Memory | None = None,
     ) -> bool:
         """The batch's rows, its merges, their events and the watermark: one transaction,
         valid only while we hold the lease. Returns whether the point re-pointed from `before`
         (the row of the turn before the slice) stands, under its lock (`_merge`)."""
-        now = self.clock()
+        now = rows.now
         if not await session_store.advance_watermark(
             tx,
             tenant_id=claim.tenant_id,
@@ -634,15 +655,9 @@ class Promoter:
             release=True,
         ):
             raise _LeaseLost
-        inserted = await memory_store.insert_many(
-            tx, [self._row(claim, memory, now) for memory in plan.fresh]
-        )
+        inserted = await memory_store.insert_many(tx, rows.values)
         # A replayed batch re-inserts nothing, so it must not re-log "created" either.
-        created = [
-            self._created(claim, memory, now)
-            for memory in plan.fresh
-            if memory.chunk.id in inserted
-        ]
+        created = [event for event in rows.created if event.memory_id in inserted]
         merged, patches, unchanged = await self._merge(tx, claim, plan.merges, now, before)
         await memory_store.add_events(tx, [*created, *merged])
         # Under the row locks, before the commit: if the index fails, nothing moves.
@@ -797,6 +812,23 @@ def slice_by_chars(messages: list[LogMessage], max_chars: int) -> list[LogMessag
 # A pass of at most this many new turns (a conversation's) warms scoring's text facts; an
 # import's larger slices do not push a service's recalled memories out of that memo.
 WARM_SCORING_TURNS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A batch's new rows and their "created" events, and the time they record."""
+
+    now: datetime
+    values: list[memory_store.MemoryValues]
+    created: list[AuditEvent]
+
+    @staticmethod
+    def of(claim: Claim, fresh: list[NewMemory], now: datetime) -> _Rows:
+        return _Rows(
+            now,
+            [Promoter._row(claim, m, now) for m in fresh],
+            [Promoter._created(claim, m, now) for m in fresh],
+        )
 
 
 @dataclass(frozen=True, slots=True)
