@@ -42,6 +42,7 @@ from app import malloc, mapped
 from app.errors import VectorStoreUnavailable
 from app.stores.loops import TurnLock, running_loop
 from app.stores.term_counts import TermCounts, UserKey
+from app.stores.turn_rows import TurnRows
 from app.stores.vectors import (
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
@@ -140,6 +141,9 @@ class QdrantEdgeIndex:
         # `_lock`); `_terms_stale` after a write that failed part way, until recounted.
         self._terms = TermCounts()
         self._terms_stale = True
+        # Each point's `turn` vector, read from a file for the candidates alone (under
+        # `_lock`): beside the live directory, so builds and swaps leave it as it is.
+        self._turns = TurnRows(self.root / f"{collection}.turn", dim)
         # A write that failed while a graph was being built is replayed whole onto the
         # copy, which the counts (of the live shard) may then not match: counted again at
         # the swap.
@@ -178,6 +182,7 @@ class QdrantEdgeIndex:
             for stale in (self.root / old, *self.root.glob(f"{old}.gen*")):
                 shutil.rmtree(stale, ignore_errors=True)
             (self.root / f"{old}.current").unlink(missing_ok=True)
+            (self.root / f"{old}.turn").unlink(missing_ok=True)
             log.info("removed the index of an older schema: %s", old)
         if _weighs_by_qdrant_idf(self.path):
             # Written before the term counts: its sparse vector multiplies Qdrant's IDF into
@@ -194,7 +199,13 @@ class QdrantEdgeIndex:
         self._points = int(self._shard.count(qe.CountRequest(exact=True)))
         with self._lock:
             self._recount_terms()
-            mapped.release(self.path)  # what the load and the count read whole
+            self._turns.open()
+            written, zeroed = self._turns.reconcile(self._shard)
+            if written or zeroed:
+                log.info(
+                    "turn vectors: %d rows written from the shard, %d dropped", written, zeroed
+                )
+            mapped.release(self.path)  # what the load, the count and the rows read whole
         self._unbuilt = max(0, self._points - self._built_points())
         if carried_over:  # written before the int8 copies: the next build gives them
             self._unbuilt = self._points
@@ -283,7 +294,11 @@ class QdrantEdgeIndex:
             p.id: ((p.payload.tenant_id, p.payload.user_id), p.sparse.indices) for p in points
         }
         await self._write(
-            lambda shard: shard.update(op), [p.id for p in points], terms=terms, stored=stored
+            lambda shard: shard.update(op),
+            [p.id for p in points],
+            terms=terms,
+            stored=stored,
+            turns=[p.id for p in points],
         )
         with self._counting:
             self._unbuilt += len(points)
@@ -295,7 +310,9 @@ class QdrantEdgeIndex:
 
         if ids:
             op = qe.UpdateOperation.delete_points(list(ids))
-            await self._write(lambda shard: shard.update(op), ids, terms=dict.fromkeys(ids))
+            await self._write(
+                lambda shard: shard.update(op), ids, terms=dict.fromkeys(ids), dropped=ids
+            )
             with self._counting:
                 self._points = max(0, self._points - len(ids))
 
@@ -467,37 +484,31 @@ class QdrantEdgeIndex:
         self, query: list[float], ids: list[uuid.UUID], dense: dict[uuid.UUID, float]
     ) -> _Cosines:
         """The query's cosine with each point's `dense` and `turn` vectors (under `_lock`):
-        one search of each over just these ids, the scores computed in the shard (the
-        dense list already scored its own hits). A point the searches did not score (none
-        was seen to be left out; this keeps such a point from scoring as cosine 0) has its
-        vectors read back and compared here."""
+        `dense` by one search over the ids the dense list did not score, in the shard;
+        `turn` from the points' rows (`TurnRows`), computed here. A point neither scored
+        (none was seen to be left out; this keeps such a point from scoring as cosine 0)
+        has its vectors read back from the shard and compared here."""
         import qdrant_edge as qe
 
         if not ids:
             return {}
         unscored = [pid for pid in ids if pid not in dense]
-        asks = [("turn", ids)] + ([("dense", unscored)] if unscored else [])
-        found = self._shard.query_batch(
-            qe.QueryBatchRequest(
-                [
-                    qe.QueryRequest(
-                        limit=len(among),
-                        query=qe.Query.Nearest(query, using=name),
-                        filter=qe.Filter(must=[qe.HasIdCondition(set(among))]),
-                        # Not `exact`: over a handful of ids the search is a scan
-                        # of the int8 copies, which an exact one would bypass for the
-                        # originals on disk (faulting them into memory).
-                        with_payload=False,
-                        with_vector=False,
-                    )
-                    for name, among in asks
-                ]
-            )
-        )
         dense = dict(dense)
         if unscored:
-            dense.update((_as_uuid(p.id), p.score) for p in found[1])
-        turn = {_as_uuid(p.id): p.score for p in found[0]}
+            found = self._shard.query(
+                qe.QueryRequest(
+                    limit=len(unscored),
+                    query=qe.Query.Nearest(query, using="dense"),
+                    filter=qe.Filter(must=[qe.HasIdCondition(set(unscored))]),
+                    # Not `exact`: over a handful of ids the search is a scan of the
+                    # int8 copies, which an exact one would bypass for the originals
+                    # on disk (faulting them into memory).
+                    with_payload=False,
+                    with_vector=False,
+                )
+            )
+            dense.update((_as_uuid(p.id), p.score) for p in found)
+        turn = _turn_cosines(query, self._turns.get(ids))
         out = {pid: (dense[pid], turn[pid]) for pid in ids if pid in dense and pid in turn}
         if len(out) < len(ids):
             out.update(self._cosines_read_back(query, [pid for pid in ids if pid not in out]))
@@ -550,44 +561,32 @@ class QdrantEdgeIndex:
         self, asked: list[uuid.UUID], ids: list[uuid.UUID], min_cosine: float
     ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
         """For each point in `asked`, the other points of `ids` whose turn vector has a
-        cosine of at least `min_cosine` with its own (under `_lock`): its vector read back,
-        then one search over those ids with the threshold as the score floor, all in one
-        batch. Change promotion asks this of the few hits that state a change."""
-        import qdrant_edge as qe
-
-        vectors = self._turn_vectors(asked) if asked else {}
-        asked = [pid for pid in asked if pid in vectors and len(ids) > 1]
+        cosine of at least `min_cosine` with its own (under `_lock`), from the points'
+        rows (`TurnRows`). Change promotion asks this of the few hits that state a
+        change."""
+        if not asked or len(ids) < 2:
+            return {}
+        rows = self._turns.get(ids)
+        missing = [pid for pid in ids if pid not in rows]
+        if missing:  # no row (`TurnRows`): the shard's own vectors
+            for r in self._shard.retrieve(missing, with_payload=False, with_vector=["turn"]):
+                vector = r.vector.get("turn") if isinstance(r.vector, dict) else None
+                if vector:
+                    rows[_as_uuid(r.id)] = np.asarray(vector, np.float32).astype(np.float16)
+        asked = [pid for pid in asked if pid in rows]
         if not asked:
             return {}
-        everyone: set[Any] = set(ids)
-        found = self._shard.query_batch(
-            qe.QueryBatchRequest(
-                [
-                    qe.QueryRequest(
-                        limit=len(ids) - 1,
-                        query=qe.Query.Nearest(vectors[pid], using="turn"),
-                        filter=qe.Filter(must=[qe.HasIdCondition(everyone - {pid})]),
-                        score_threshold=min_cosine,
-                        with_payload=False,
-                        with_vector=False,
-                    )
-                    for pid in asked
-                ]
-            )
-        )
+        others = [pid for pid in ids if pid in rows]
+        matrix = _unit_rows([rows[pid] for pid in others])
+        cosines = _unit_rows([rows[pid] for pid in asked]) @ matrix.T
         return {
-            pid: frozenset(_as_uuid(p.id) for p in points)
-            for pid, points in zip(asked, found, strict=True)
+            pid: frozenset(
+                other
+                for other, cosine in zip(others, cosines[n].tolist(), strict=True)
+                if other != pid and cosine >= min_cosine
+            )
+            for n, pid in enumerate(asked)
         }
-
-    def _turn_vectors(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
-        """Each point's turn vector, float16 widened (under `_lock`)."""
-        out = {}
-        for r in self._shard.retrieve(ids, with_payload=False, with_vector=["turn"]):
-            vector = r.vector.get("turn") if isinstance(r.vector, dict) else None
-            if vector:
-                out[_as_uuid(r.id)] = list(vector)
-        return out
 
     def _terms_of(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[UserKey, list[int]]]:
         """The owner and sparse terms of the points among `ids` the shard holds (under
@@ -656,6 +655,7 @@ class QdrantEdgeIndex:
             found = int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
             if found:
                 op = qe.UpdateOperation.delete_points_by_filter(flt)
+                erased = self._ids_of(flt)  # their `turn` rows are zeroed too
                 try:
                     self._shard.update(op)
                 except BaseException:
@@ -668,6 +668,7 @@ class QdrantEdgeIndex:
                     if self._journal is not None:
                         self._journal.append(lambda shard: shard.update(op))
                     self._cached.clear()
+                    self._turns.drop(erased)
                 self._terms.drop((tenant_id, user_id))
                 with self._counting:
                     self._points = max(0, self._points - found)
@@ -680,6 +681,22 @@ class QdrantEdgeIndex:
             return found
 
         return int(await self._run(count_and_delete))
+
+    def _ids_of(self, flt: Any) -> list[uuid.UUID]:
+        """The ids of the points matching `flt` (under `_lock`)."""
+        import qdrant_edge as qe
+
+        out: list[uuid.UUID] = []
+        offset: Any = None
+        while True:
+            records, offset = self._shard.scroll(
+                qe.ScrollRequest(
+                    offset=offset, limit=4096, filter=flt, with_payload=False, with_vector=False
+                )
+            )
+            out.extend(_as_uuid(r.id) for r in records)
+            if offset is None:
+                return out
 
     async def dense_vectors(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
         if not ids:
@@ -707,6 +724,8 @@ class QdrantEdgeIndex:
         patched: Sequence[tuple[uuid.UUID, PayloadPatch]] = (),
         terms: dict[uuid.UUID, tuple[UserKey, Sequence[int]] | None] | None = None,
         stored: dict[uuid.UUID, _Stored] | None = None,
+        turns: Sequence[uuid.UUID] = (),
+        dropped: Sequence[uuid.UUID] = (),
     ) -> None:
         """Apply a write to the live shard and, while a graph is being built, journal it
         for the copy (under the same lock, so the copy sees exactly the writes after it).
@@ -716,7 +735,12 @@ class QdrantEdgeIndex:
         points recall just returned: dropping them would empty the cache it reads).
         `terms`: each written point's owner and sparse terms after the write (None: deleted),
         so that the term counts move from its old terms, read first, to the new ones.
-        `stored`: what the cache holds of written points once the write has succeeded."""
+        `stored`: what the cache holds of written points once the write has succeeded.
+        `turns`: written points, whose `turn` rows are read back from the shard once the
+        write has succeeded; `dropped`: deleted points, whose rows are zeroed after the
+        shard's write, even one that failed. Until a crash between the two is mended by
+        the next open (`TurnRows.reconcile`), a point without a row is compared on its
+        stored vectors."""
 
         def forget(ids: Iterable[uuid.UUID]) -> None:
             for pid in ids:
@@ -741,6 +765,8 @@ class QdrantEdgeIndex:
                         self._journal.append(fn)
                         self._failed_during_build = True
                     raise
+                finally:
+                    self._turns.drop(dropped)
                 for pid, written in (terms or {}).items():
                     old = before.get(pid)
                     if old is not None:
@@ -749,6 +775,7 @@ class QdrantEdgeIndex:
                         self._terms.add(*written)
                 if self._journal is not None:
                     self._journal.append(fn)
+                self._turns.copy_from(self._shard, turns)
                 forget(touched)
                 for pid in touched:  # rewritten from SQL or deleted: its use is in the payload
                     self._uses.pop(pid, None)
@@ -984,6 +1011,7 @@ class QdrantEdgeIndex:
         def shut() -> None:
             with self._lock:
                 if self._shard is not None:
+                    self._turns.close()
                     self._shard.flush()
                     self._shard.close()
                     self._shard = None
@@ -1032,8 +1060,9 @@ def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
     """How a shard holds its points (bench/HISTORY.md, "Memory of the index"; docs/reliability.md,
     "Memory at 100k").
 
-    Both vectors are kept as int8 (scalar quantization) in memory and their originals on disk.
-    Searches and the cosines recall scores with read the int8 copies only (no rescoring): at
+    The searched `dense` vector is kept as int8 (scalar quantization) in memory and its
+    originals on disk. Searches and the cosines recall scores with read the int8 copies
+    only (no rescoring): at
     100k memories a loaded shard holds ~100 MiB of vectors instead of ~290, which random
     recalls no longer fault back in, a search is faster (1.0 against 1.8 ms p50), and a
     cosine moves by 0.0007 on average (0.002 at p99), under anything the relevance reads
@@ -1042,9 +1071,11 @@ def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
     built segments; the appendable segment (points since the last build) is searched on its
     originals, as before.
 
-    The `turn` vector is compared by id, never searched for neighbours: float16 with no
-    HNSW graph. The searched `dense` vector stays float32 on disk: float16 made a graph
-    search slower (no half-precision arithmetic on this CPU).
+    The `turn` vector is compared by id, never searched for neighbours: float16 on disk
+    with no HNSW graph and no int8 copy (512 bytes a point of resident memory, 49 MiB at
+    100k): recall reads it from a file of its own (`TurnRows`), and the shard's originals
+    are the truth that file is mended from. The searched `dense` vector stays float32 on
+    disk: float16 made a graph search slower (no half-precision arithmetic on this CPU).
 
     `float16=False` is the layout a shard written before float16 can take: a stored
     vector's type cannot change, but its graph and quantization can, and the segments
@@ -1059,7 +1090,6 @@ def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
                 size=dim,
                 distance=qe.Distance.Cosine,
                 on_disk=True,
-                quantization_config=int8,
                 hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10000),
                 **({"datatype": qe.VectorStorageDatatype.Float16} if float16 else {}),
             ),
@@ -1071,11 +1101,15 @@ def _layout(qe: Any, dim: int, *, float16: bool = True) -> Any:
 
 
 def _quantized(path: Path) -> bool:
-    """Whether the shard at `path` was written with today's int8 copies (`_layout`): one
-    written before is rebuilt once after it opens, which gives its segments theirs."""
+    """Whether the shard at `path` was written with today's int8 copies (`_layout`): of
+    `dense`, and none of `turn`. One written before is rebuilt once after it opens, which
+    gives its segments today's (and lets go of an int8 copy of `turn`)."""
     try:
         config = json.loads((path / "edge_config.json").read_text())
-        return "quantization_config" in config["vectors"]["dense"]
+        vectors = config["vectors"]
+        return "quantization_config" in vectors["dense"] and not vectors["turn"].get(
+            "quantization_config"
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return True  # no config (a new or an empty shard): nothing to carry over
 
@@ -1122,6 +1156,22 @@ def _load_trimmed(path: Path) -> Any:
 def _never(points: int, unbuilt: int) -> bool:
     """No graph without an upkeep: every search brute force."""
     return False
+
+
+def _unit_rows(vectors: Sequence[Any]) -> Any:
+    """float16 vectors as float64 rows of unit length (a zero vector stays zero)."""
+    m = np.asarray(vectors, dtype=np.float64).reshape(len(vectors), -1)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.where(norms > 0, norms, 1.0)
+
+
+def _turn_cosines(query: list[float], rows: dict[uuid.UUID, Any]) -> dict[uuid.UUID, float]:
+    """The query's cosine with each row's vector, in float64."""
+    if not rows:
+        return {}
+    q = _unit_rows([query])[0]
+    scores = _unit_rows(list(rows.values())) @ q
+    return dict(zip(rows, scores.tolist(), strict=True))
 
 
 def _as_uuid(value: Any) -> uuid.UUID:

@@ -335,16 +335,18 @@ async def test_an_erasure_that_fails_during_a_build_still_reaches_the_copy(
 
 async def test_an_older_schemas_index_is_removed_at_open_and_no_other(tmp_path: Path) -> None:
     """After an upgrade the index is rebuilt from SQL into today's collection; the older
-    schema's (its directory, a built generation, its pointer) would hold its disk for good."""
+    schema's (its directory, a built generation, its pointer, its `turn` rows) would hold
+    its disk for good."""
     for name in ("old", "old.gen1796157515732", "other"):
         (tmp_path / name / "segments").mkdir(parents=True)
     (tmp_path / "old.current").write_text('{"dir": "old.gen1796157515732"}')
+    (tmp_path / "old.turn").write_bytes(bytes(16 + 2 * DIM))  # its `turn` rows
     index = QdrantEdgeIndex(tmp_path, "c", DIM, superseded=["old"])
     await index.ensure_collection()
     await index.upsert([point(0, np.random.default_rng(1))])
     assert await index.count() == 1
     await index.close()
-    assert sorted(os.listdir(tmp_path)) == ["c", "other"]
+    assert sorted(os.listdir(tmp_path)) == ["c", "c.turn", "other"]
 
 
 async def test_the_heap_a_shard_load_frees_is_given_back(
