@@ -508,7 +508,7 @@ class QdrantEdgeIndex:
                 )
             )
             dense.update((_as_uuid(p.id), p.score) for p in found)
-        turn = _turn_cosines(query, self._turns.get(ids))
+        turn = _turn_cosines(query, *self._turns.read(ids))
         out = {pid: (dense[pid], turn[pid]) for pid in ids if pid in dense and pid in turn}
         if len(out) < len(ids):
             out.update(self._cosines_read_back(query, [pid for pid in ids if pid not in out]))
@@ -1165,13 +1165,15 @@ def _unit_rows(vectors: Sequence[Any]) -> Any:
     return m / np.where(norms > 0, norms, 1.0)
 
 
-def _turn_cosines(query: list[float], rows: dict[uuid.UUID, Any]) -> dict[uuid.UUID, float]:
-    """The query's cosine with each row's vector, in float64."""
-    if not rows:
+def _turn_cosines(query: list[float], ids: list[uuid.UUID], vectors: Any) -> dict[uuid.UUID, float]:
+    """The query's cosine with each of `vectors` (the rows of `ids`), in float64."""
+    if not ids:
         return {}
-    q = _unit_rows([query])[0]
-    scores = _unit_rows(list(rows.values())) @ q
-    return dict(zip(rows, scores.tolist(), strict=True))
+    q = np.asarray(query, dtype=np.float64)
+    m = vectors.astype(np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", m, m)) * max(float(np.linalg.norm(q)), 1e-300)
+    scores = (m @ q) / np.where(norms > 0, norms, 1.0)
+    return dict(zip(ids, scores.tolist(), strict=True))
 
 
 def _as_uuid(value: Any) -> uuid.UUID:

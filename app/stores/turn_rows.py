@@ -107,22 +107,29 @@ class TurnRows:
         found = self._ids[at] == keys
         return np.where(found, self._rows[at], -1)
 
-    def get(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, npt.NDArray[np.float16]]:
-        """The vectors of the points among `ids` that have a row: one read a row."""
+    def read(self, ids: Sequence[uuid.UUID]) -> tuple[list[uuid.UUID], npt.NDArray[np.float16]]:
+        """The points among `ids` that have a row, and their vectors (one row each of a
+        (n, dim) matrix): one positional read a row, the ids checked at once."""
         fd = self._fileno()
         keys = _keys(ids)
         rows = self._find(keys)
-        out: dict[uuid.UUID, npt.NDArray[np.float16]] = {}
-        buf = np.empty((len(ids), self.row_bytes), dtype=np.uint8)
-        for n, (pid, row) in enumerate(zip(ids, rows.tolist(), strict=True)):
-            if row < 0:
-                continue
-            if os.preadv(fd, [buf[n]], row * self.row_bytes) != self.row_bytes:
-                continue  # past the end: the shard's own vector is read instead
-            if buf[n, :_ID].tobytes() != pid.bytes:
-                continue
-            out[pid] = buf[n, _ID:].view(np.float16)
-        return out
+        at = np.flatnonzero(rows >= 0)
+        width = self.row_bytes
+        buf = np.empty((len(at), width), dtype=np.uint8)
+        flat = buf.reshape(-1).data
+        whole = np.ones(len(at), dtype=bool)
+        for n, row in enumerate(rows[at].tolist()):
+            if os.preadv(fd, [flat[n * width : (n + 1) * width]], row * width) != width:
+                whole[n] = False  # past the end: the shard's own vector is read instead
+        read = np.ascontiguousarray(buf[:, :_ID]).view("S16").reshape(-1)
+        ok = whole & (read == keys[at])
+        found = [ids[i] for i in at[ok].tolist()]
+        return found, buf[ok, _ID:].view(np.float16)
+
+    def get(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, npt.NDArray[np.float16]]:
+        """`read` as a map from each found point to its vector."""
+        found, vectors = self.read(ids)
+        return dict(zip(found, vectors, strict=True))
 
     def put(self, vectors: Sequence[tuple[uuid.UUID, npt.NDArray[np.float16]]]) -> None:
         """Write each point's row: over its own row when it has one, else in a free row or
