@@ -207,7 +207,7 @@ class QdrantEdgeIndex:
                 )
             mapped.release(self.path)  # what the load, the count and the rows read whole
         self._unbuilt = max(0, self._points - self._built_points())
-        if carried_over:  # written before the int8 copies: the next build gives them
+        if carried_over:  # written before today's int8 copies: the next build gives them
             self._unbuilt = self._points
         malloc.trim()  # what loading the shard allocated and freed (`_load_trimmed`)
 
