@@ -144,6 +144,8 @@ class QdrantEdgeIndex:
         # Each point's `turn` vector, read from a file for the candidates alone (under
         # `_lock`): beside the live directory, so builds and swaps leave it as it is.
         self._turns = TurnRows(self.root / f"{collection}.turn", dim)
+        # Points written since the live shard's mapped pages were last let go (`_write`).
+        self._written_unreleased = 0
         # A write that failed while a graph was being built is replayed whole onto the
         # copy, which the counts (of the live shard) may then not match: counted again at
         # the swap.
@@ -776,6 +778,12 @@ class QdrantEdgeIndex:
                 if self._journal is not None:
                     self._journal.append(fn)
                 self._turns.copy_from(self._shard, turns)
+                self._written_unreleased += len(turns)
+                if self._written_unreleased >= RELEASE_AFTER_POINTS:
+                    # What the writes left resident: the log, the appendable segment's
+                    # vectors and payloads (docs/reliability.md, "Memory at 100k").
+                    self._written_unreleased = 0
+                    mapped.release(self.path)
                 forget(touched)
                 for pid in touched:  # rewritten from SQL or deleted: its use is in the payload
                     self._uses.pop(pid, None)
@@ -894,6 +902,9 @@ class QdrantEdgeIndex:
             await self._run_child(source, target, purge=purge, optimize=optimize)
             if purge:
                 await asyncio.to_thread(shutil.rmtree, source, True)
+            # The live shard's mapped pages let go first: the built copy's load holds
+            # ~200 MiB more at 100k points for its seconds (its log replayed), on top.
+            await self._run(mapped.release, self.path)
             built = await asyncio.to_thread(_load_trimmed, target)
             built_points = copied if optimize else 0  # the points in its graph
             old, old_path = await asyncio.to_thread(
@@ -1034,6 +1045,10 @@ def _terms(record: Any) -> list[int]:
 
 
 _Stored = tuple[MemoryPayload, tuple[int, ...]]  # a point's payload and sparse terms
+# Points written to the live shard between two releases of its mapped pages: an import
+# left each written page of the log, the appendable segment's vectors and the payloads
+# resident (~200 MiB over the 20k points between two graph builds at 100k).
+RELEASE_AFTER_POINTS = 4096
 # An upsert of at most this many points (a conversation's promotion pass, a memory written
 # by hand) fills the payload cache with them; a larger one (an import's slice) does not.
 WRITE_THROUGH_POINTS = 64
