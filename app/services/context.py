@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -68,6 +69,13 @@ log = logging.getLogger("strata.context")
 CONTEXT_TOP_K = 200
 CONTEXT_ANY_RELEVANCE = 30
 CONTEXT_TOKENS_PER_MEMORY = 30
+# Past recall's best `CONTEXT_SPEAKER_HEAD` (its order kept, as `/v1/recall` ranks them), a
+# memory said by someone the question names comes before the memories said by others, each
+# part in recall's order (`speaker_first`). Deep in the list the question's words match
+# what the others say about that person as well as what the person said; on LoCoMo, past
+# rank 30, a memory of the named speaker was ~10x as likely to be evidence (bench/README.md,
+# issue 40: "Evidence in one context call").
+CONTEXT_SPEAKER_HEAD = 10
 
 HEAD_SYSTEM = "## Instructions"
 HEAD_WORKING_MEMORY = "## Working memory"
@@ -195,6 +203,44 @@ def _memories(
 def memories_for(budget: int) -> int:
     """How many memories a context of `budget` tokens asks recall for."""
     return max(CONTEXT_ANY_RELEVANCE, min(CONTEXT_TOP_K, budget // CONTEXT_TOKENS_PER_MEMORY))
+
+
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+def memory_speaker(r: RecallResult) -> str | None:
+    """Who said a memory promoted from a turn (its content is `speaker: text`, the turn's
+    name or role); None for a memory written as such (no sources)."""
+    if not r.sources:
+        return None
+    speaker, sep, _ = r.content.partition(": ")
+    speaker = speaker.strip()
+    if not sep or not speaker or len(speaker) > 64 or "\n" in speaker:
+        return None
+    return speaker
+
+
+def names_speaker(query: str, speaker: str) -> bool:
+    """Does the query name the speaker: as a whole word, case aside (a Chinese name, which
+    has no word boundaries, anywhere in it)?"""
+    if _CJK.search(speaker):
+        return speaker in query
+    pattern = rf"(?<!\w){re.escape(speaker)}(?!\w)"
+    return re.search(pattern, query, re.IGNORECASE) is not None
+
+
+def speaker_first(
+    memories: Sequence[RecallResult], query: str, head: int = CONTEXT_SPEAKER_HEAD
+) -> list[RecallResult]:
+    """The first `head` as recall ranked them; after them, the memories said by someone the
+    query names, then the rest, each in recall's order. A query that names no speaker (or
+    only speakers of none of them, or of all of them) leaves the order as it is."""
+    rest = memories[head:]
+    named = {s for r in rest if (s := memory_speaker(r)) is not None and names_speaker(query, s)}
+    if not named:
+        return list(memories)
+    first = [r for r in rest if memory_speaker(r) in named]
+    return [*memories[:head], *first, *(r for r in rest if memory_speaker(r) not in named)]
 
 
 def section_names() -> list[str]:
@@ -438,6 +484,7 @@ class ContextService:
                 or r.kind == "summary"  # as recall's floor (`MinRelevance`)
             )
         ]
+        memories = speaker_first(memories, search.rewritten_query or query)
         return _Recalled(memories, search.rewritten_query, search.llm_usage, search.used)
 
     async def _profile(self, tx: AsyncSession, tenant_id: str, body: ContextRequest) -> Profile:

@@ -15,7 +15,7 @@ from app.services.context import (
     layout,
 )
 from app.stores.buffer import _window_key
-from tests.conftest import Running, post_messages, turn
+from tests.conftest import Running, post_messages, recall, turn
 
 
 async def context(
@@ -302,3 +302,36 @@ async def test_a_turn_of_the_session_the_turns_leave_out_comes_back_as_a_memory_
     assert any("blue folder" in m["content"] for m in body["sections"]["memories"])
     assert not any(m["content"] in shown for m in body["sections"]["memories"])
     assert body["tokens"]["total"] <= 600
+
+
+async def test_past_recalls_best_what_the_named_person_said_comes_before_what_others_said(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Deep in recall's list the question's words match what others say about a person as
+    well as what the person said; past recall's best, the context offers what someone the
+    question names said first (issue 40: on LoCoMo ~10x as likely to be evidence)."""
+    user, old, now = ids("user"), ids("old"), ids("now")
+    praise = [
+        turn(
+            f"Joanna, what desserts! The ones you baked have baked Joanna's name in {i} towns!",
+            role="assistant",
+            metadata={"name": "Ben"},
+        )
+        for i in range(24)
+    ]
+    own = turn(
+        "Busy week: the car broke down, the kids had exams, and I baked a raspberry tart.",
+        id="tart",
+        metadata={"name": "Joanna"},
+    )
+    await post_messages(running, old, user, [*praise[:12], own, *praise[12:]])
+    await post_messages(running, now, user, [turn("Hi again!", metadata={"name": "Joanna"})])
+    query = "What desserts has Joanna baked?"
+    ranked = await recall(running, user, query, top_k=30, min_relevance=0)
+    at = next((n for n, r in enumerate(ranked) if "raspberry tart" in r["content"]), 99)
+    assert 12 <= at < 30, (at, len(ranked))  # deep in recall's order, in what context asks
+    body = await context(running, now, user, query=query, token_budget=400)
+    memories = [m["content"] for m in body["sections"]["memories"]]
+    assert len(memories) < at, memories  # the budget holds fewer than recall ranked above it
+    assert any("raspberry tart" in m for m in memories), memories
+    assert body["tokens"]["total"] <= 400

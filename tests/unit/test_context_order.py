@@ -1,0 +1,60 @@
+"""The order the context offers recalled memories in: recall's best first, then, past them,
+what someone the question names said (issue 40)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from app.schemas.common import Source
+from app.schemas.recall import RecallResult, Scores
+from app.services.context import memory_speaker, names_speaker, speaker_first
+
+
+def memory(content: str, *, turn: bool = True) -> RecallResult:
+    return RecallResult(
+        id=uuid.uuid4(),
+        kind="memory",
+        memory_type="episodic",
+        content=content,
+        score=0.5,
+        scores=Scores(semantic=0.5, recency=0.5, importance=0.5),
+        created_at=datetime(2024, 6, 5, tzinfo=UTC),
+        last_accessed_at=None,
+        access_count=0,
+        sources=[Source(session_id="s", message_id="m", seq=1)] if turn else [],
+        metadata={},
+    )
+
+
+def test_past_the_head_the_named_speakers_memories_come_first_in_recalls_order() -> None:
+    ben = [memory(f"Ben: Joanna baked cake number {i} for me.") for i in range(4)]
+    joanna = [memory(f"Joanna: I made a tart, try {i}.") for i in range(3)]
+    ranked = [ben[0], joanna[0], ben[1], ben[2], joanna[1], ben[3], joanna[2]]
+    out = speaker_first(ranked, "What recipes has Joanna made?", head=2)
+    assert out == [ben[0], joanna[0], joanna[1], joanna[2], ben[1], ben[2], ben[3]]
+    # The head is recall's order, whoever said what.
+    assert speaker_first(ranked, "What recipes has Joanna made?", head=7) == ranked
+
+
+def test_a_query_that_names_no_speaker_leaves_the_order() -> None:
+    ranked = [memory(f"Ben: cake {i}") for i in range(3)] + [memory("Joanna: tart")]
+    assert speaker_first(ranked, "Which cakes were baked?", head=1) == ranked
+    # A name inside another word is not the name ("Benjamin" is not "Ben").
+    assert speaker_first(ranked, "What did Benjamin bake?", head=1) == ranked
+
+
+def test_a_memory_written_as_such_has_no_speaker() -> None:
+    assert memory_speaker(memory("Joanna: likes tarts", turn=False)) is None
+    assert memory_speaker(memory("no speaker here")) is None
+    assert memory_speaker(memory("Joanna: likes tarts")) == "Joanna"
+    note = memory("Note: Joanna likes tarts", turn=False)
+    ranked = [memory("Ben: hi"), memory("Ben: cake"), note]
+    assert speaker_first(ranked, "What does Joanna like?", head=1) == ranked
+
+
+def test_names_are_matched_as_words_and_chinese_names_anywhere() -> None:
+    assert names_speaker("what did joanna make?", "Joanna")
+    assert not names_speaker("what did Joannas make?", "Joanna")
+    assert names_speaker("小王上周去了哪里？", "小王")
+    assert not names_speaker("Where did I go?", "user")
