@@ -784,20 +784,7 @@ class QdrantEdgeIndex:
                     # vectors and payloads (docs/reliability.md, "Memory at 100k").
                     self._written_unreleased = 0
                     mapped.release(self.path)
-                forget(touched)
-                for pid in touched:  # rewritten from SQL or deleted: its use is in the payload
-                    self._uses.pop(pid, None)
-                if stored:
-                    self._cached.update(stored)
-                    while len(self._cached) > self._cached_max:
-                        self._cached.popitem(last=False)
-                for pid, patch in patched:
-                    cached = self._cached.get(pid)
-                    if cached is not None:
-                        self._cached[pid] = (patched_payload(cached[0], patch), cached[1])
-                    use = {k: v for k, v in patch.items() if k in _USE_FIELDS}
-                    if use and pid in self._uses:  # the shard's is now the newer one
-                        self._uses[pid] = {**self._uses[pid], **use}  # type: ignore[typeddict-item]
+                self._cache_written(touched, patched, stored)
 
         try:
             await asyncio.to_thread(locked)
@@ -805,6 +792,29 @@ class QdrantEdgeIndex:
             raise
         except Exception as exc:
             raise VectorStoreUnavailable(str(exc) or type(exc).__name__) from exc
+
+    def _cache_written(
+        self,
+        touched: Sequence[uuid.UUID],
+        patched: Sequence[tuple[uuid.UUID, PayloadPatch]],
+        stored: dict[uuid.UUID, _Stored] | None,
+    ) -> None:
+        """After a write succeeded, under the index's lock: the caches forget the points it
+        replaced or deleted, hold what it stored, and take its payload patches."""
+        for pid in touched:  # rewritten from SQL or deleted: its use is in the payload
+            self._cached.pop(pid, None)
+            self._uses.pop(pid, None)
+        if stored:
+            self._cached.update(stored)
+            while len(self._cached) > self._cached_max:
+                self._cached.popitem(last=False)
+        for pid, patch in patched:
+            cached = self._cached.get(pid)
+            if cached is not None:
+                self._cached[pid] = (patched_payload(cached[0], patch), cached[1])
+            use = {k: v for k, v in patch.items() if k in _USE_FIELDS}
+            if use and pid in self._uses:  # the shard's is now the newer one
+                self._uses[pid] = {**self._uses[pid], **use}  # type: ignore[typeddict-item]
 
     # ------------------------------------------------------------------ background build
 
