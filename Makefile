@@ -38,15 +38,19 @@ worker: $(VENV)/.service  ## the promotion worker as its own process (full stack
 migrate: $(VENV)/.service  ## the schema, once, before starting many processes (docs/scaling.md)
 	$(BIN)/python -m app.migrate
 
+# Two workers (pytest-xdist), a file each at a time: most tests wait on servers, stores and
+# subprocesses, so two halve the run on two cores. `PYTEST_ARGS=-n0` runs them in one process.
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 check: install  ## format check, lint, mypy --strict, import layers, tests
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 fmt: install
 	$(BIN)/ruff format .

@@ -123,6 +123,8 @@ def test_a_key_round_trips_and_only_its_secret_matches() -> None:
         f"pk_strata_{uuid.uuid4().hex}_{'a' * 43}",
         f"sk_strata_{uuid.uuid4().hex}_{'a' * 43} ",
     ],
+    # Stable ids: parallel workers (xdist) must collect the same test names.
+    ids=["empty", "no-id", "no-secret", "short-secret", "upper-id", "wrong-prefix", "space"],
 )
 def test_malformed_tokens_are_refused(token: str) -> None:
     assert parse_token(token) is None
