@@ -121,6 +121,22 @@ async def _until_setting(name: str, value: str) -> None:
     raise AssertionError(f"{name} never became {value}")
 
 
+@contextlib.asynccontextmanager
+async def _wal_kept(name: str) -> AsyncIterator[None]:
+    """The server keeps every WAL segment written from now on until the block ends (a
+    physical replication slot): another test process's checkpoints (`make test` runs two)
+    would otherwise remove the segment that holds what this test looks for."""
+    conn = await _admin()
+    try:
+        await conn.execute("SELECT pg_create_physical_replication_slot($1, true)", name)
+        try:
+            yield
+        finally:
+            await conn.execute("SELECT pg_drop_replication_slot($1)", name)
+    finally:
+        await conn.close()
+
+
 async def _checkpoint() -> None:
     conn = await _admin()
     try:
@@ -231,12 +247,13 @@ async def test_an_erased_users_text_and_ids_leave_postgresql_and_redis_files(
         _wal_recycle("off"),
         start_app(full_settings(dsn, redis_url=redis_url)) as running,
     ):
-        await _fill(running, user, other, tag)
-        # What the test looks for is there to be found: in the tables (once the server
-        # wrote its pages out), the WAL and Redis's append-only file.
-        await _checkpoint()
-        assert set(files.holding(marker)) == {"database", "wal"}
-        assert _redis_holding(redis_dir, marker)
+        async with _wal_kept(f"strata_test_{tag}"):
+            await _fill(running, user, other, tag)
+            # What the test looks for is there to be found: in the tables (once the server
+            # wrote its pages out), the WAL and Redis's append-only file.
+            await _checkpoint()
+            assert set(files.holding(marker)) == {"database", "wal"}
+            assert _redis_holding(redis_dir, marker)
 
         receipt = await _erase(running, user)
         assert receipt["counts"]["messages"] == MESSAGES

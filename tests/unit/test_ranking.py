@@ -147,7 +147,7 @@ def test_a_memory_outside_the_named_period_multiplies_in() -> None:
 
 def _fastest(text: str) -> float:
     best = float("inf")
-    for _ in range(5):
+    for _ in range(9):  # the best of nine: a busy machine (CI runs two workers) adds, never cuts
         start = time.perf_counter()
         ranking.names(text, "time")
         ranking.names(text, "place")
@@ -161,11 +161,12 @@ def test_a_long_run_of_numerals_or_dates_is_searched_in_linear_time() -> None:
     numeral run before 年/月/日), and 5,000 pasted dates 1.3 s (each date checked against
     every one read before): scoring runs on the event loop, so either stalled every request.
     Eight times the text must cost about eight times the time, not sixty-four: compared
-    with itself on the same machine, so the load does not decide it."""
+    with itself on the same machine, so the load does not decide it (32: well above the 8
+    of linear time, which a busy machine pushed to 24, and half the 64 of quadratic)."""
     for unit in ("7", "一", "２", "2023年"):
         small, large = unit * (4_000 // len(unit)), unit * (32_000 // len(unit))
         ratio = _fastest(large) / max(_fastest(small), 1e-6)
-        assert ratio < 24, (unit, ratio)
+        assert ratio < 32, (unit, ratio)
 
 
 def test_asking_only_is_a_short_assistant_question() -> None:
