@@ -335,3 +335,34 @@ async def test_past_recalls_best_what_the_named_person_said_comes_before_what_ot
     assert len(memories) < at, memories  # the budget holds fewer than recall ranked above it
     assert any("raspberry tart" in m for m in memories), memories
     assert body["tokens"]["total"] <= 400
+
+
+async def test_what_the_named_person_said_is_ranked_by_the_question_without_their_name(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Every memory of a person opens with their name, so within what they said the name
+    tells nothing apart, and pulls recall towards what they said with it; past recall's
+    best, the context ranks their memories by the question without the name (issue 40)."""
+    user, old, now = ids("user"), ids("old"), ids("now")
+    joanna = {"name": "Joanna"}
+    chatter = [
+        turn(f"Joanna's Corner {i}: ask for Joanna, Joanna is here!", metadata=joanna)
+        for i in range(24)
+    ]
+    own = turn(
+        "Busy week: the car broke down, the kids had exams, and I baked a raspberry tart.",
+        id="tart",
+        metadata=joanna,
+    )
+    await post_messages(running, old, user, [*chatter[:12], own, *chatter[12:]])
+    await post_messages(running, now, user, [turn("Hi again!", metadata=joanna)])
+    query = "Which desserts does Joanna make?"
+    ranked = await recall(running, user, query, top_k=30, min_relevance=0)
+    at = next((n for n, r in enumerate(ranked) if "raspberry tart" in r["content"]), 99)
+    assert 12 <= at < 30, (at, len(ranked))  # deep in recall's order, in what context asks
+    unnamed = await recall(running, user, "Which desserts does make?", top_k=5, min_relevance=0)
+    assert "raspberry tart" in unnamed[0]["content"]  # without the name, her best
+    body = await context(running, now, user, query=query, token_budget=250)
+    memories = [m["content"] for m in body["sections"]["memories"]]
+    assert len(memories) < at, memories  # the budget holds fewer than recall ranked above it
+    assert any("raspberry tart" in m for m in memories), memories

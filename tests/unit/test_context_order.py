@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from app.schemas.common import Source
 from app.schemas.recall import RecallResult, Scores
-from app.services.context import memory_speaker, names_speaker, speaker_first
+from app.services.context import memory_speaker, names_speaker, speaker_first, without_names
 
 
 def memory(content: str, *, turn: bool = True) -> RecallResult:
@@ -58,3 +58,25 @@ def test_names_are_matched_as_words_and_chinese_names_anywhere() -> None:
     assert not names_speaker("what did Joannas make?", "Joanna")
     assert names_speaker("小王上周去了哪里？", "小王")
     assert not names_speaker("Where did I go?", "user")
+
+
+def test_another_ranking_of_the_named_speakers_memories_goes_first_each_once() -> None:
+    ben = [memory(f"Ben: Joanna baked cake number {i} for me.") for i in range(3)]
+    joanna = [memory(f"Joanna: I made a tart, try {i}.") for i in range(3)]
+    ranked = [ben[0], joanna[0], ben[1], joanna[1], ben[2], joanna[2]]
+    # The second search found Joanna's third first, her first (in the head) again, and
+    # one of Ben's, which is not hers.
+    theirs = [joanna[2], joanna[0], ben[1]]
+    out = speaker_first(ranked, "What recipes has Joanna made?", head=2, theirs=theirs)
+    assert out == [ben[0], joanna[0], joanna[2], joanna[1], ben[1], ben[2]]
+    # A query that names nobody keeps recall's order, whatever the other ranking.
+    assert speaker_first(ranked, "What recipes?", head=2, theirs=theirs) == ranked
+
+
+def test_without_names_takes_the_name_and_its_possessive_out() -> None:
+    assert without_names("What is Joanna's favourite tart, joanna?", ["Joanna"]) == (
+        "What is favourite tart, ?"
+    )
+    assert without_names("Did Ben meet Joanna’s sister?", ["Joanna", "Ben"]) == "Did meet sister?"
+    assert without_names("What did Benjamin bake?", ["Ben"]) == "What did Benjamin bake?"
+    assert without_names("小王上周去了哪里？", ["小王"]) == "上周去了哪里？"
