@@ -85,11 +85,14 @@ async def main_async(args: argparse.Namespace) -> int:
                 unnamed = replace(spec, query=without_names(q.question, named))
                 lists[(q.conv, q.index)] = {
                     "question": theirs(await recall.search(spec), named),
-                    "without the names": theirs(await recall.search(unnamed), named),
+                    "question without the names": theirs(await recall.search(unnamed), named),
                 }
     print(f"evidence missed and outside recall's top 200: {len(outside)}")
     who: Counter[str] = Counter()
-    ranks: dict[str, Counter[str]] = {"question": Counter(), "without the names": Counter()}
+    ranks: dict[str, Counter[str]] = {
+        "question": Counter(),
+        "question without the names": Counter(),
+    }
     for r in outside:
         named = named_of[(r["conv"], r["q"])]
         if said_by[(r["conv"], r["e"])] not in named:
