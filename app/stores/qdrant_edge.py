@@ -40,6 +40,7 @@ import orjson
 
 from app import malloc, mapped
 from app.errors import VectorStoreUnavailable
+from app.stores.edge_log import start_afresh
 from app.stores.loops import TurnLock, running_loop
 from app.stores.term_counts import TermCounts, UserKey
 from app.stores.turn_rows import TurnRows
@@ -1206,9 +1207,10 @@ def _as_uuid(value: Any) -> uuid.UUID:
 
 
 def _optimize(path: str, dim: int) -> None:
-    """The child process of a build: optimize the copy at `path`, then flush and close. It
-    opens with today's layout (`_load_with_layout`), so the build gives a shard written by
-    an earlier release what that layout adds (the int8 copies)."""
+    """The child process of a build: optimize the copy at `path`, then flush and close, and
+    give it an empty write-ahead log (`start_afresh`: the api's load of the copy then has
+    nothing to replay). It opens with today's layout (`_load_with_layout`), so the build
+    gives a shard written by an earlier release what that layout adds (the int8 copies)."""
     import qdrant_edge as qe
 
     with contextlib.suppress(OSError):
@@ -1217,13 +1219,14 @@ def _optimize(path: str, dim: int) -> None:
     shard.optimize()
     shard.flush()
     shard.close()
+    start_afresh(Path(path))
 
 
 def _rewrite(source: str, dim: int, target: str, *, optimize: bool) -> None:
     """The child process of a purge: every live point of the shard at `source` written
     into a new shard at `target`, with the same layout and payload indexes, its graph
-    built when `optimize`; flushed and closed. Neither a deleted point nor the source's
-    write-ahead log comes along."""
+    built when `optimize`; flushed and closed, its own log emptied (`start_afresh`).
+    Neither a deleted point nor the source's write-ahead log comes along."""
     import qdrant_edge as qe
 
     with contextlib.suppress(OSError):
@@ -1251,6 +1254,7 @@ def _rewrite(source: str, dim: int, target: str, *, optimize: bool) -> None:
         new.optimize()
     new.flush()
     new.close()
+    start_afresh(Path(target))  # its log held every point just written: nothing to replay
 
 
 def _copied(qe: Any, record: Any) -> Any:
