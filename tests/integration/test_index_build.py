@@ -18,6 +18,7 @@ import pytest
 
 from app.core import terms
 from app.services.index_upkeep import GraphUpkeep
+from app.stores.edge_log import start_afresh
 from app.stores.qdrant_edge import QdrantEdgeIndex
 from app.stores.vectors import MemoryPayload, VectorPoint, VectorQuery
 from app.wiring import open_container
@@ -444,3 +445,17 @@ async def test_writes_after_a_swap_outlive_a_crash(tmp_path: Path) -> None:
         assert points[2].id not in {h.id for h in hits.dense}
     finally:
         await reopened.close()
+
+
+def test_a_log_whose_numbering_cannot_be_read_is_kept(tmp_path: Path) -> None:
+    """Without the acknowledged index (a layout Edge may change), the copy keeps its log
+    and its load replays it, rather than numbering writes under the segments' versions."""
+    (tmp_path / "wal").mkdir()
+    (tmp_path / "wal" / "open-1").write_bytes(b"wal\x00" + bytes(12))
+    assert start_afresh(tmp_path) is None
+    assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == ["open-1"]
+    (tmp_path / "wal" / "first-index").write_text('{"ack_index":41}')
+    (tmp_path / "segments" / "a").mkdir(parents=True)
+    (tmp_path / "segments" / "a" / "segment.json").write_text('{"version":57}')
+    assert start_afresh(tmp_path) == 58
+    assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == ["closed-58", "first-index"]
