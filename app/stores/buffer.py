@@ -33,7 +33,17 @@ from app.core import keys
 from app.errors import BufferUnavailable
 from app.stores.purged import Purged
 
-WAKE_CHANNEL = "strata:wake"
+
+def pubsub_channel(redis: Redis | None, name: str) -> str:
+    """A pub/sub channel of this deployment. Pub/sub is one namespace for the whole Redis
+    server, whatever the database, so the channel carries the database number: two
+    deployments on one server (or two test runs) would otherwise end each other's pauses and,
+    worse, tell a waiting request that a like-named session of the other was indexed."""
+    db = 0 if redis is None else redis.connection_pool.connection_kwargs.get("db", 0)
+    return f"strata:{db}:{name}"
+
+
+WAKE = "wake"
 # A wake-up for which a request waits (`Signals.hurry`), tagged with this process, whose
 # own worker set its flag directly and ignores the echo (an extra, empty pass otherwise).
 URGENT_WAKE = b"2:" + os.urandom(6).hex().encode()
@@ -101,6 +111,7 @@ class Buffer:
         self, redis: Redis, *, window: int, ttl_seconds: int, breaker: Breaker | None = None
     ) -> None:
         self.redis = redis
+        self.wake_channel = pubsub_channel(redis, WAKE)
         self.window = window
         self.ttl = ttl_seconds
         self.breaker = breaker or Breaker(0.0)
@@ -130,7 +141,7 @@ class Buffer:
                 pipe.expire(key, self.ttl)
                 pipe.expire(_scratchpad_key(tenant_id, user_id, session_id), self.ttl)
                 if wake:
-                    pipe.publish(WAKE_CHANNEL, URGENT_WAKE if urgent else b"1")
+                    pipe.publish(self.wake_channel, URGENT_WAKE if urgent else b"1")
                 await pipe.execute()
 
     async def replace(

@@ -23,10 +23,10 @@ from redis.asyncio import Redis
 
 from app.core import keys
 from app.errors import BufferUnavailable
-from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker
+from app.stores.buffer import URGENT_WAKE, WAKE, Breaker, pubsub_channel
 from app.stores.loops import Wakeup, running_loop
 
-INDEXED_CHANNEL = "strata:indexed"
+INDEXED = "indexed"
 
 log = logging.getLogger("strata.signals")
 
@@ -62,6 +62,8 @@ class Signals:
 
     def __init__(self, redis: Redis | None, breaker: Breaker) -> None:
         self.redis = redis
+        self.wake_channel = pubsub_channel(redis, WAKE)
+        self.indexed_channel = pubsub_channel(redis, INDEXED)
         self.breaker = breaker
         self.work = Wakeup()  # set when messages arrived; the worker clears it
         # Set when a request waits for the index (`wait=true`): a worker pausing to gather a
@@ -89,7 +91,7 @@ class Signals:
             return
         try:
             with self.breaker.guard():
-                await self.redis.publish(WAKE_CHANNEL, URGENT_WAKE)
+                await self.redis.publish(self.wake_channel, URGENT_WAKE)
         except BufferUnavailable:
             log.debug("could not publish an urgent wake-up", exc_info=True)
 
@@ -127,7 +129,7 @@ class Signals:
         try:
             with self.breaker.guard():
                 await self.redis.publish(
-                    INDEXED_CHANNEL, keys.indexed_message(tenant_id, user_id, session_id, seq)
+                    self.indexed_channel, keys.indexed_message(tenant_id, user_id, session_id, seq)
                 )
         except BufferUnavailable:
             log.debug("could not publish an index advance", exc_info=True)
@@ -150,7 +152,7 @@ class Signals:
         while True:
             pubsub = redis.pubsub()
             try:
-                await pubsub.subscribe(WAKE_CHANNEL, INDEXED_CHANNEL)
+                await pubsub.subscribe(self.wake_channel, self.indexed_channel)
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
                     if message is not None:
@@ -166,7 +168,7 @@ class Signals:
 
     def _dispatch(self, channel: bytes | str, data: bytes | str) -> None:
         channel = channel.decode() if isinstance(channel, bytes) else channel
-        if channel == WAKE_CHANNEL:
+        if channel == self.wake_channel:
             self.work.set()
             raw = data.encode() if isinstance(data, str) else data
             if raw.startswith(URGENT_WAKE[:2]) and raw != URGENT_WAKE:  # another process's

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.stores.buffer import URGENT_WAKE, WAKE_CHANNEL, Breaker
-from app.stores.signals import INDEXED_CHANNEL, Signals
+from app.stores.buffer import URGENT_WAKE, Breaker
+from app.stores.signals import Signals
 
 
 def signals() -> Signals:
@@ -30,9 +30,9 @@ async def test_a_watch_keeps_the_highest_watermark_signalled() -> None:
 async def test_an_advance_from_another_process_carries_its_seq() -> None:
     hub = signals()
     with hub.watch("t:x", "u/1", "s") as watch:
-        hub._dispatch(INDEXED_CHANNEL.encode(), b"t:x/u%2F1/s/42")
-        hub._dispatch(INDEXED_CHANNEL, "t:x/u%2F1/s/not-a-number")  # ignored
-        hub._dispatch(INDEXED_CHANNEL, "t:x/u/1/s/43")  # another user's: ignored
+        hub._dispatch(hub.indexed_channel.encode(), b"t:x/u%2F1/s/42")
+        hub._dispatch(hub.indexed_channel, "t:x/u%2F1/s/not-a-number")  # ignored
+        hub._dispatch(hub.indexed_channel, "t:x/u/1/s/43")  # another user's: ignored
         assert watch.seq == 42
 
 
@@ -67,15 +67,15 @@ async def test_a_wake_up_from_a_waiting_request_is_urgent_and_others_are_not() -
     process's own urgent wake-up, heard back over Redis, is not urgent again: its flag was
     set directly, and the echo would end the next pause for nothing."""
     hub = signals()
-    hub._dispatch(WAKE_CHANNEL.encode(), b"1")
+    hub._dispatch(hub.wake_channel.encode(), b"1")
     assert hub.work.is_set()
     assert not hub.urgent.is_set()
     hub.work.clear()
-    hub._dispatch(WAKE_CHANNEL, "2:0123456789ab")  # another process's
+    hub._dispatch(hub.wake_channel, "2:0123456789ab")  # another process's
     assert hub.work.is_set()
     assert hub.urgent.is_set()
     hub.urgent.clear()
-    hub._dispatch(WAKE_CHANNEL.encode(), URGENT_WAKE)  # our own, echoed
+    hub._dispatch(hub.wake_channel.encode(), URGENT_WAKE)  # our own, echoed
     assert not hub.urgent.is_set()
     await hub.hurry()  # this process's own waiting request
     assert hub.urgent.is_set()
