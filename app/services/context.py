@@ -54,7 +54,7 @@ from app.services.ingest import IngestService
 from app.services.profile import ProfileService
 from app.services.recall import RecallService
 from app.services.scratchpad import ScratchpadService
-from app.services.search import SearchSpec
+from app.services.search import Found, SearchSpec
 from app.services.summaries import SummaryService
 from app.stores.db import Database
 
@@ -283,11 +283,15 @@ def section_names() -> list[str]:
     return [s.name for s in layout(system_prompt="") if not s.whole]
 
 
-def message_line(m: MessageOut) -> str:
+def message_speaker(m: MessageOut) -> str:
+    """The turn's name (one line, whatever was stored), or else its role: as a memory
+    promoted from it opens (`memory_speaker`)."""
     name = m.metadata.get("name") if m.metadata else None
-    # A name is one line, whatever was stored.
-    speaker = " ".join(name.split()) if isinstance(name, str) and name.strip() else m.role
-    return f"{speaker}: {m.content}"
+    return " ".join(name.split()) if isinstance(name, str) and name.strip() else m.role
+
+
+def message_line(m: MessageOut) -> str:
+    return f"{message_speaker(m)}: {m.content}"
 
 
 def memory_day(r: RecallResult) -> str:
@@ -509,23 +513,41 @@ class ContextService:
                 )
             ),
         )
-        search = await self.recall.search(spec)
-        memories = relevant(search.results)
-        asked = search.rewritten_query or query
-        theirs = await self._theirs(spec, asked, memories[CONTEXT_SPEAKER_HEAD:])
+        # The second search starts beside the first when the conversation already shows
+        # whom the question names (a speaker of its turns): it waits for the first only when
+        # the first finds other names, or rewrites the question.
+        ahead = _Ahead.start(self.recall, spec, query, {message_speaker(m) for m in recent})
+        try:
+            search = await self.recall.search(spec)
+            memories = relevant(search.results)
+            asked = search.rewritten_query or query
+            theirs = await self._theirs(spec, asked, memories[CONTEXT_SPEAKER_HEAD:], ahead)
+        finally:
+            if ahead is not None:
+                ahead.drop()
         memories = speaker_first(memories, asked, theirs=theirs.results)
         return _Recalled(
             memories, search.rewritten_query, search.llm_usage, search.used | theirs.used
         )
 
-    async def _theirs(self, spec: SearchSpec, query: str, deep: Sequence[RecallResult]) -> _Theirs:
+    async def _theirs(
+        self,
+        spec: SearchSpec,
+        query: str,
+        deep: Sequence[RecallResult],
+        ahead: _Ahead | None = None,
+    ) -> _Theirs:
         """What the speakers the query names said (among `deep`, recall's list past its
-        head), as the query without their names finds it (`CONTEXT_SPEAKER_HEAD`)."""
+        head), as the query without their names finds it (`CONTEXT_SPEAKER_HEAD`); `ahead`,
+        that search started early, is used when it asked the same."""
         named = named_speakers(deep, query)
         unnamed = without_names(query, sorted(named))
         if not named or not re.search(r"\w", unnamed):
             return _Theirs()
-        found = await self.recall.search(replace(spec, query=unnamed, rewrite="off"))
+        if ahead is not None and ahead.query == unnamed:
+            found = await ahead.task
+        else:
+            found = await self.recall.search(_unnamed_spec(spec, unnamed))
         results = [r for r in relevant(found.results) if memory_speaker(r) in named]
         return _Theirs(results, found.used & {r.id for r in results})
 
@@ -587,6 +609,35 @@ def relevant(results: Sequence[RecallResult]) -> list[RecallResult]:
             or r.kind == "summary"
         )
     ]
+
+
+def _unnamed_spec(spec: SearchSpec, unnamed: str) -> SearchSpec:
+    return replace(spec, query=unnamed, rewrite="off")
+
+
+@dataclass(slots=True)
+class _Ahead:
+    """The named speakers' search, started before the first search ends (`_theirs`)."""
+
+    query: str
+    task: asyncio.Task[Found]
+
+    @classmethod
+    def start(
+        cls, recall: RecallService, spec: SearchSpec, query: str, speakers: set[str]
+    ) -> _Ahead | None:
+        """Started when the query names some of `speakers` (the conversation's)."""
+        named = sorted(s for s in speakers if names_speaker(query, s))
+        unnamed = without_names(query, named)
+        if not named or not re.search(r"\w", unnamed):
+            return None
+        task = asyncio.ensure_future(recall.search(_unnamed_spec(spec, unnamed)))
+        return cls(unnamed, task)
+
+    def drop(self) -> None:
+        """Cancelled if unused; an error of a search nobody awaited is not logged as lost."""
+        self.task.cancel()
+        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 @dataclass(frozen=True, slots=True)

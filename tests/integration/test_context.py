@@ -337,12 +337,15 @@ async def test_past_recalls_best_what_the_named_person_said_comes_before_what_ot
     assert body["tokens"]["total"] <= 400
 
 
+@pytest.mark.parametrize("talking", ["Joanna", "Ben"])
 async def test_what_the_named_person_said_is_ranked_by_the_question_without_their_name(
-    running: Running, ids: Callable[[str], str]
+    running: Running, ids: Callable[[str], str], talking: str
 ) -> None:
     """Every memory of a person opens with their name, so within what they said the name
     tells nothing apart, and pulls recall towards what they said with it; past recall's
-    best, the context ranks their memories by the question without the name (issue 40)."""
+    best, the context ranks their memories by the question without the name (issue 40).
+    Whether the conversation shows her (that search starts beside recall's) or not (it
+    follows recall's, which found her), the answer is the same."""
     user, old, now = ids("user"), ids("old"), ids("now")
     joanna = {"name": "Joanna"}
     chatter = [
@@ -355,7 +358,7 @@ async def test_what_the_named_person_said_is_ranked_by_the_question_without_thei
         metadata=joanna,
     )
     await post_messages(running, old, user, [*chatter[:12], own, *chatter[12:]])
-    await post_messages(running, now, user, [turn("Hi again!", metadata=joanna)])
+    await post_messages(running, now, user, [turn("Hi again!", metadata={"name": talking})])
     query = "Which desserts does Joanna make?"
     ranked = await recall(running, user, query, top_k=30, min_relevance=0)
     at = next((n for n, r in enumerate(ranked) if "raspberry tart" in r["content"]), 99)
