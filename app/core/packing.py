@@ -19,6 +19,7 @@ counts items as given, so it is applied before packing and every count stays exa
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -304,18 +305,25 @@ class _Fill:
         # A header costs its tokens plus its line breaks; a line its tokens plus one newline.
         self.heads = count([s.head for s in sections]) if sections else []
         self.chosen = [set(r) for r in required]
+        # Per section, how many chosen items each group holds: a group's line is paid for
+        # by its first item only (kept as counts, not searched for: it is asked per item).
+        self.opened = [
+            collections.Counter(s.items[i].group for i in r if s.items[i].group)
+            for s, r in zip(sections, required, strict=True)
+        ]
         self.pending: list[list[int]] = [[] for _ in sections]
         self.names = {s.name: k for k, s in enumerate(sections)}
 
     def offered(self, k: int) -> list[int]:
         s, optional = self.sections[k], self.optional[k]
         if s.fill is not None:
-            return [i for i in s.fill if i in set(optional)]
+            allowed = set(optional)
+            return [i for i in s.fill if i in allowed]
         return optional[::-1] if s.conversation else optional
 
     def cost(self, k: int, i: int) -> int:
         group = self.sections[k].items[i].group
-        opened = group and any(self.sections[k].items[j].group == group for j in self.chosen[k])
+        opened = group and self.opened[k][group] > 0
         return self.costs[k][i] + 1 + (self.group_costs[group] + 1 if group and not opened else 0)
 
     def twin_kept(self, k: int, i: int) -> bool:
@@ -329,12 +337,16 @@ class _Fill:
 
     def take(self, k: int, i: int, cost: int) -> None:
         self.chosen[k].add(i)
+        if group := self.sections[k].items[i].group:
+            self.opened[k][group] += 1
         self.free -= cost
         name = self.sections[k].name
         for m, s in enumerate(self.sections):  # its twins elsewhere go, and give back theirs
             if s.twin_of == name:
                 for j in [j for j in self.chosen[m] if s.twins.get(j) == i]:
                     self.chosen[m].discard(j)
+                    if group := s.items[j].group:
+                        self.opened[m][group] -= 1
                     self.free += self.costs[m][j] + 1
 
     def turn(self, k: int) -> None:

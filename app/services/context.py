@@ -236,10 +236,10 @@ def names_speaker(query: str, speaker: str) -> bool:
 
 
 def named_speakers(memories: Sequence[RecallResult], query: str) -> frozenset[str]:
-    """The speakers of `memories` whom the query names."""
-    return frozenset(
-        s for r in memories if (s := memory_speaker(r)) is not None and names_speaker(query, s)
-    )
+    """The speakers of `memories` whom the query names (each speaker asked once: a list
+    of a hundred memories has a few)."""
+    speakers = {s for r in memories if (s := memory_speaker(r)) is not None}
+    return frozenset(s for s in speakers if names_speaker(query, s))
 
 
 def without_names(query: str, names: Sequence[str]) -> str:
