@@ -13,7 +13,8 @@ rendered in this order as headed blocks, one line per item:
                               - content   (best first: the days by their best memory)
     ## Recent conversation    speaker: content   (oldest first)
 
-A section without items is not rendered. docs/seams.md shows how to add one. A last user
+A section without items is not rendered. A memory the profile shows as a fact is not
+shown again among the memories. docs/seams.md shows how to add one. A last user
 message too long for the budget is shown with its middle elided and reported in
 `truncated`; only a system prompt that does not fit is a 422.
 
@@ -353,32 +354,24 @@ class ContextService:
         recalled, profile, summaries = await self._recall_and_read(
             tenant_id, session_id, body, recent, last_user
         )
-        memories = recalled.memories
         attributes = list(profile.attributes.items())
-        sections = layout(
-            system_prompt=session.system_prompt or "",
-            working_memory=[entry_line(k, v) for k, v in working_memory.items()],
-            profile=[
-                *(entry_line(k, v) for k, v in attributes),
-                *(fact_line(f) for f in profile.facts),
-            ],
-            summaries=[summary_line(x) for x in summaries],
-            memories=[r.content for r in memories],
-            memory_days=[memory_day(r) for r in memories],
-            memory_twins=_twins(memories, recent, session_id),
-            recent=[message_line(m) for m in recent],
-            last_user=last_user,
-            shares=self.shares,
-            recent_turns=self.recent_turns,
-        )
-        try:
-            packed = packing.pack(sections, budget=body.token_budget, count=self.tokens)
-        except packing.BudgetTooSmall as exc:
-            raise TokenBudgetTooSmall(
-                "token_budget",
-                f"{body.token_budget} is too small: the system prompt, with the last user "
-                f"message cut to its speaker and an ellipsis, needs {exc.needed} tokens",
-            ) from exc
+
+        def pack(memories: list[RecallResult]) -> packing.Packed:
+            return self._pack(
+                body, session, working_memory, attributes, profile.facts, summaries,
+                memories, recent, last_user, session_id,
+            )  # fmt: skip
+
+        # A fact the profile shows is not repeated among the memories (the same memory).
+        # Packed again, with them, only when the profile could not hold one of those facts.
+        twice = {f.id for f in profile.facts} & {r.id for r in recalled.memories}
+        memories = [r for r in recalled.memories if r.id not in twice]
+        packed = pack(memories)
+        n = len(attributes)
+        shown = {profile.facts[i - n].id for i in _keys(packed, "profile") if i >= n}
+        if not twice <= shown:
+            memories = [r for r in recalled.memories if r.id not in twice & shown]
+            packed = pack(memories)
 
         kept = {name: [item.key for item in items] for name, items in packed.kept.items()}
         cut = set(packed.truncated.get("recent_messages", []))
@@ -411,6 +404,42 @@ class ContextService:
             rewritten_query=recalled.rewritten_query,
             llm_usage=LLMUsage(**recalled.llm_usage) if recalled.llm_usage else None,
         )
+
+    def _pack(
+        self,
+        body: ContextRequest,
+        session: SessionOut,
+        working_memory: dict[str, Any],
+        attributes: list[tuple[str, Any]],
+        facts: list[ProfileFact],
+        summaries: list[SummaryOut],
+        memories: list[RecallResult],
+        recent: list[MessageOut],
+        last_user: int | None,
+        session_id: str,
+    ) -> packing.Packed:
+        """Every section's lines, packed into the budget."""
+        sections = layout(
+            system_prompt=session.system_prompt or "",
+            working_memory=[entry_line(k, v) for k, v in working_memory.items()],
+            profile=[*(entry_line(k, v) for k, v in attributes), *(fact_line(f) for f in facts)],
+            summaries=[summary_line(x) for x in summaries],
+            memories=[r.content for r in memories],
+            memory_days=[memory_day(r) for r in memories],
+            memory_twins=_twins(memories, recent, session_id),
+            recent=[message_line(m) for m in recent],
+            last_user=last_user,
+            shares=self.shares,
+            recent_turns=self.recent_turns,
+        )
+        try:
+            return packing.pack(sections, budget=body.token_budget, count=self.tokens)
+        except packing.BudgetTooSmall as exc:
+            raise TokenBudgetTooSmall(
+                "token_budget",
+                f"{body.token_budget} is too small: the system prompt, with the last user "
+                f"message cut to its speaker and an ellipsis, needs {exc.needed} tokens",
+            ) from exc
 
     async def _recall_and_read(
         self,
@@ -595,6 +624,11 @@ def _summaries_before(body: ContextRequest, recent: list[MessageOut]) -> datetim
     `as_of`)."""
     now = body.as_of or datetime.now(UTC)
     return min(recent[0].created_at, now) if recent else now
+
+
+def _keys(packed: packing.Packed, section: str) -> list[int]:
+    """The items of `section` the packing kept."""
+    return [item.key for item in packed.kept.get(section, [])]
 
 
 def relevant(results: Sequence[RecallResult]) -> list[RecallResult]:
