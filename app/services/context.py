@@ -363,20 +363,25 @@ class ContextService:
             )  # fmt: skip
 
         # A fact the profile shows is not repeated among the memories (the same memory).
-        # Packed again, with them, only when the profile could not hold one of those facts.
-        twice = {f.id for f in profile.facts} & {r.id for r in recalled.memories}
-        memories = [r for r in recalled.memories if r.id not in twice]
-        packed = pack(memories)
-        n = len(attributes)
-        shown = {profile.facts[i - n].id for i in _keys(packed, "profile") if i >= n}
-        if not twice <= shown:
-            memories = [r for r in recalled.memories if r.id not in twice & shown]
+        # Packed again, with those the profile could not hold back among the memories, until
+        # every one left out is in the profile (once, unless a share is set for the profile:
+        # it is packed before the memories, so it holds what they would have).
+        hidden = {f.id for f in profile.facts} & {r.id for r in recalled.memories}
+        while True:
+            memories = [r for r in recalled.memories if r.id not in hidden]
             packed = pack(memories)
+            n = len(attributes)
+            shown = {profile.facts[i - n].id for i in _keys(packed, "profile") if i >= n}
+            if hidden <= shown:
+                break
+            hidden &= shown
 
         kept = {name: [item.key for item in items] for name, items in packed.kept.items()}
         cut = set(packed.truncated.get("recent_messages", []))
         kept_memories = [memories[i] for i in sorted(kept["memories"])]  # best first
-        used = [m.id for m in kept_memories if m.id in recalled.used]
+        # A recalled fact shown in the profile was used as much as one shown as a memory.
+        kept_ids = [m.id for m in kept_memories] + sorted(hidden)
+        used = [i for i in kept_ids if i in recalled.used]
         if used and body.as_of is None:  # a replay of the past changes nothing
             self.recall.reinforce_later(tenant_id, body.user_id, used)
         return ContextResponse(
