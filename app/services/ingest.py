@@ -8,6 +8,7 @@ log), so it is logged and the request still succeeds.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from app.errors import (
 from app.schemas.ingest import (
     IngestRequest,
     IngestResponse,
+    MessageIn,
     MessageOut,
     MessagePage,
     SessionDeleted,
@@ -46,6 +48,7 @@ from app.stores import users as user_store
 from app.stores.buffer import Buffer
 from app.stores.db import Database
 from app.stores.models import Message, Session, Summary
+from app.stores.one_hop import Unwritten
 from app.stores.signals import Signals
 from app.stores.vectors import PayloadPatch, VectorIndex
 
@@ -81,6 +84,24 @@ def message_out(row: Message) -> MessageOut:
 
 def buffer_entry(row: Message) -> dict[str, Any]:
     return message_out(row).model_dump(mode="json")
+
+
+def _row(
+    tenant_id: str, session_id: str, user_id: str, m: MessageIn, seq: int, now: datetime
+) -> dict[str, Any]:
+    """A message's row, keyed by the model's attribute names (`metadata_`)."""
+    return {
+        "tenant_id": tenant_id,
+        "session_id": session_id,
+        "seq": seq,
+        "client_id": m.id,
+        "user_id": user_id,
+        "role": m.role,
+        "content": m.content,
+        "metadata_": m.metadata,
+        "created_at": m.created_at or now,
+        "received_at": now,
+    }
 
 
 def _index_changes(plan: DetachPlan) -> list[tuple[uuid.UUID, PayloadPatch]]:
@@ -285,8 +306,14 @@ class IngestService:
             raise TooManyCharacters(total, self.config.ingest_max_chars)
         now = datetime.now(UTC)
         try:
-            async with self.db.transaction() as tx:
-                rows = await self._append(tx, tenant_id, session_id, body, now)
+            one = None
+            if len(body.messages) == 1 and self.db.writes_in_one:
+                one = await self._append_one(tenant_id, session_id, body, now)
+            if one is not None:
+                rows = [one]
+            else:
+                async with self.db.transaction() as tx:
+                    rows = await self._append(tx, tenant_id, session_id, body, now)
         except _NothingNew as nothing:  # a retry of stored messages: nothing was written
             rows, last_seq = [], nothing.last_seq
         else:
@@ -300,6 +327,28 @@ class IngestService:
                 tenant_id, body.user_id, session_id, last_seq, hurried=bool(rows)
             )
         return response
+
+    async def _append_one(
+        self, tenant_id: str, session_id: str, body: IngestRequest, now: datetime
+    ) -> dict[str, Any] | None:
+        """SQLite: the usual call (one message, to a known session of a known user who is
+        not being erased, not stored before) in one hop to SQLite's thread
+        (`Database.write_in_one`, app/stores/one_hop.py): the session's advance, the user's
+        check and the insert as `_append` runs them. The row written, or None when it wrote
+        nothing and `_append` should take the call (a new session or user, an erasure
+        running, a retry), which then answers it as it always did."""
+        user_id = body.user_id
+
+        def work(conn: sqlite3.Connection) -> dict[str, Any]:
+            base = session_store.reserve_seqs_in(conn, tenant_id, user_id, session_id, 1, now)
+            if base is None or not user_store.known_and_writable_in(conn, tenant_id, user_id):
+                raise Unwritten
+            row = _row(tenant_id, session_id, user_id, body.messages[0], base + 1, now)
+            if not message_store.insert_new_in(conn, row):
+                raise Unwritten
+            return row
+
+        return await self.db.write_in_one(work)
 
     async def _append(
         self, tx: Any, tenant_id: str, session_id: str, body: IngestRequest, now: datetime
@@ -348,20 +397,7 @@ class IngestService:
                     continue
                 seen.add(m.id)
             seq += 1
-            rows.append(
-                {
-                    "tenant_id": tenant_id,
-                    "session_id": session_id,
-                    "seq": seq,
-                    "client_id": m.id,
-                    "user_id": body.user_id,
-                    "role": m.role,
-                    "content": m.content,
-                    "metadata_": m.metadata,
-                    "created_at": m.created_at or now,
-                    "received_at": now,
-                }
-            )
+            rows.append(_row(tenant_id, session_id, body.user_id, m, seq, now))
         if not rows:
             raise _NothingNew(base)
         if one:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -44,7 +45,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from app.errors import DatabaseUnavailable
-from app.stores import changes, pg_purge
+from app.stores import changes, one_hop, pg_purge
 from app.stores.loops import TurnLock
 from app.stores.purged import Purged
 
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 log = logging.getLogger("strata.db")
+
+T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 ALEMBIC_INI = MIGRATIONS_DIR.parent / "alembic.ini"
@@ -90,10 +93,8 @@ def _tune_sqlite(engine: AsyncEngine, *, readonly: bool) -> None:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
+        for pragma in one_hop.PRAGMAS:
+            cur.execute(pragma)
         if readonly:
             cur.execute("PRAGMA query_only=ON")
         cur.close()
@@ -187,6 +188,7 @@ class Database:
         self._writer = TurnLock() if engine.dialect.name == "sqlite" else None
         # Purges after erasures, one at a time; those asking meanwhile share the next.
         self._purges = _Purges()
+        self._one_hop = _one_hop_writer(engine)
 
     def sibling(self, engine: AsyncEngine, reader: AsyncEngine | None = None) -> Database:
         """The same database on engines of another event loop (an engine's pool and its
@@ -197,6 +199,7 @@ class Database:
         other._on_commit = self._on_commit
         other._writer = self._writer
         other._purges = self._purges
+        other._one_hop = self._one_hop
         return other
 
     @property
@@ -211,6 +214,42 @@ class Database:
         """Reads (on SQLite in autocommit, each statement its own snapshot, never waiting
         for the write lock; on PostgreSQL a read-committed transaction)."""
         return _Transaction(self._reads, self._on_commit)
+
+    @property
+    def writes_in_one(self) -> bool:
+        """Whether `write_in_one` is open to this database (a SQLite file)."""
+        return self._one_hop is not None
+
+    async def write_in_one(self, work: Callable[[sqlite3.Connection], T]) -> T | None:
+        """SQLite: `work` as one transaction on the writer's own thread and connection, in
+        the process's turn of writers (app/stores/one_hop.py). Its result, or None when it
+        raised `one_hop.Unwritten` (rolled back). For short writes of tables context does
+        not cache (sessions, messages): no commit hook is told (`after_commit`).
+
+        A cancelled caller stops waiting, but the writer's turn passes on only when the
+        work is done: the next writer must not begin while this one may still commit."""
+        if self._one_hop is None or self._writer is None:
+            raise RuntimeError("write_in_one needs a SQLite file")
+        writer = self._one_hop
+        lock = self._writer
+        try:
+            async with asyncio.timeout(WRITER_WAIT_SECONDS):
+                await lock.acquire()
+        except TimeoutError:
+            raise DatabaseUnavailable(
+                f"the database's writer was busy for {WRITER_WAIT_SECONDS:.0f} s"
+            ) from None
+        loop = asyncio.get_running_loop()
+        try:
+            done = loop.run_in_executor(writer.executor(), writer.transact, work)
+        except BaseException:
+            lock.release()
+            raise
+        done.add_done_callback(lambda _: lock.release())
+        try:
+            return await asyncio.shield(done)
+        except sqlite3.OperationalError as exc:  # locked past the busy time-out, I/O, full
+            raise DatabaseUnavailable(_detail(exc)) from exc
 
     def after_commit(self, hook: CommitHook) -> None:
         """Call `hook` with the users a committed transaction's writes may have changed
@@ -296,9 +335,22 @@ class Database:
         return await ping(self.reader)
 
     async def close(self) -> None:
+        if self._one_hop is not None:
+            await asyncio.to_thread(self._one_hop.close)
         await self.engine.dispose()
         if self.reader is not self.engine:
             await self.reader.dispose()
+
+
+def _one_hop_writer(engine: AsyncEngine) -> one_hop.OneHopWriter | None:
+    """The one-hop writer of a SQLite file; none for PostgreSQL, nor for an in-memory
+    database (a second connection would open another one)."""
+    path = engine.url.database
+    if engine.dialect.name != "sqlite" or not path or path == ":memory:":
+        return None
+    if path.startswith("file:") or engine.url.query:
+        return None  # a URI or driver options: the engines' own, not repeated here
+    return one_hop.OneHopWriter(path)
 
 
 async def _driver(conn: AsyncConnection) -> Any:

@@ -3,6 +3,7 @@ messages are named by (tenant, user, session id), as the session is."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.models import Message, Session
+from app.stores.one_hop import Prepared
 
 # SQLite's default limit is 32,766 bound parameters; 10 columns a row keeps inserts under it.
 _INSERT_CHUNK = 500
@@ -58,6 +60,17 @@ async def insert_many(tx: AsyncSession, rows: list[dict[str, Any]]) -> None:
     params = [{("metadata" if k == "metadata_" else k): v for k, v in r.items()} for r in rows]
     for start in range(0, len(params), _INSERT_CHUNK):
         await tx.execute(_INSERT, params[start : start + _INSERT_CHUNK])
+
+
+_INSERT_NEW_ONE_HOP = Prepared(
+    _INSERT_NEW["sqlite"], column_keys=[c.name for c in _MESSAGES.columns]
+)
+
+
+def insert_new_in(conn: sqlite3.Connection, row: dict[str, Any]) -> bool:
+    """`insert_new` on the one-hop writer's connection (`Database.write_in_one`)."""
+    params = {("metadata" if k == "metadata_" else k): v for k, v in row.items()}
+    return _INSERT_NEW_ONE_HOP.run(conn, params).rowcount == 1
 
 
 async def insert_new(tx: AsyncSession, row: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ user's"): two users may use one session id, each with a session of their own."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, cast
@@ -15,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores import user_keys
 from app.stores.models import Session, User, incarnation
+from app.stores.one_hop import Prepared
 
 
 def _insert(session: AsyncSession, table: Any) -> Any:
@@ -149,6 +151,18 @@ async def reserve_seqs(
     result = await tx.execute(_RESERVE, {**params, "p_n": n, "p_now": now})
     moved: int | None = result.scalar_one_or_none()
     return None if moved is None else moved - n
+
+
+_RESERVE_ONE_HOP = Prepared(_RESERVE)
+
+
+def reserve_seqs_in(
+    conn: sqlite3.Connection, tenant_id: str, user_id: str, session_id: str, n: int, now: datetime
+) -> int | None:
+    """`reserve_seqs` on the one-hop writer's connection (`Database.write_in_one`)."""
+    values = {"p_tenant": tenant_id, "p_session": session_id, "p_user": user_id, "p_n": n}
+    rows = _RESERVE_ONE_HOP.run(conn, {**values, "p_now": now}).fetchall()
+    return int(rows[0][0]) - n if rows else None
 
 
 async def advance_last_seq(

@@ -8,6 +8,7 @@ can interrupt and a re-run resumes.
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,6 +30,7 @@ from app.stores.models import (
     User,
     UserKey,
 )
+from app.stores.one_hop import Prepared
 from app.stores.sessions import ensure_user
 
 Row = sa.Row[Any]  # a plain row, columns by their SQL names (`metadata`, not `metadata_`)
@@ -93,6 +95,18 @@ async def ensure_writable(
         row = (await tx.execute(_ERASURE_FOR_SHARE, params)).first()
     erasure: dict[str, Any] | None = row.erasure if row is not None else None
     return erasure
+
+
+_ERASURE_ONE_HOP = Prepared(_ERASURE_FOR_SHARE)
+
+
+def known_and_writable_in(conn: sqlite3.Connection, tenant_id: str, user_id: str) -> bool:
+    """On the one-hop writer's connection (`Database.write_in_one`): whether the user
+    exists and no erasure of theirs runs (`ensure_writable` creates the one, refuses the
+    other). SQLite serialises writers: no lock to take."""
+    values = {"p_tenant": tenant_id, "p_user": user_id}
+    row = _ERASURE_ONE_HOP.run(conn, values).fetchone()
+    return row is not None and row[0] is None
 
 
 async def live_for_write(tx: AsyncSession, tenant_id: str, user_id: str) -> bool:

@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from app.services.cursors import encode_cursor
 from app.stores.buffer import _window_key
+from app.stores.models import Message
 from tests.conftest import Running, post_messages, recall, turn
 
 
@@ -331,7 +333,9 @@ async def test_a_message_to_a_known_session_writes_only_the_message(
     running: Running, ids: Callable[[str], str]
 ) -> None:
     """Every message after a session's first is the common case: its session and user are
-    read (and locked), not inserted again (one statement each on the write path)."""
+    read (and locked), not inserted again (one statement each on the write path). On SQLite
+    the whole write is one hop to the writer's thread (app/stores/one_hop.py), past
+    SQLAlchemy's engine."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
@@ -342,12 +346,72 @@ async def test_a_message_to_a_known_session_writes_only_the_message(
     def note(_c: object, _cur: object, statement: str, *_: object) -> None:
         statements.append(" ".join(statement.split()).upper())
 
+    db = running.resources.db
+    one_hop: list[object] = []
+    write_in_one = db.write_in_one
+
+    async def watched(work: Any) -> Any:
+        one_hop.append(written := await write_in_one(work))
+        return written
+
     event.listen(Engine, "before_cursor_execute", note)
     try:
-        await post_messages(running, session, user, [turn("second")], wait=False)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(db, "write_in_one", watched)
+            answer = await post_messages(running, session, user, [turn("second")], wait=False)
     finally:
         event.remove(Engine, "before_cursor_execute", note)
+    assert answer["last_seq"] == 2
     # (Background work — the worker, leader leases — runs statements of its own meanwhile.)
-    assert any(s.startswith("INSERT INTO MESSAGES") for s in statements), statements
+    inserts = [s for s in statements if s.startswith("INSERT INTO MESSAGES")]
+    if db.writes_in_one:
+        assert inserts == []
+        assert len(one_hop) == 1
+        assert one_hop[0] is not None
+    else:
+        assert len(inserts) == 1, statements
+        assert one_hop == []
     again = [s for s in statements if s.startswith(("INSERT INTO SESSIONS", "INSERT INTO USERS"))]
     assert again == []
+    history = await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
+    assert [m["content"] for m in history.json()["items"]] == ["first", "second"]
+
+
+async def test_a_message_written_in_one_hop_reads_back_as_any_other(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """The one-hop write binds values as SQLAlchemy does (app/stores/one_hop.py): a row it
+    writes and a row the general path writes hold the same text, so filters over them (a
+    replay's `as_of`, the day of a summary) treat both alike. An event time on the second
+    (no microseconds) is where a datetime bound as Python prints it would differ."""
+    user, session = ids("user"), ids("session")
+    fields: dict[str, Any] = {
+        "created_at": "2024-05-01T10:00:00+02:00",
+        "metadata": {"name": "Ana", "n": [1]},
+    }
+    first = turn("first", id="m1", **fields)
+    second = turn("second", id="m2", **fields)
+    await post_messages(running, session, user, [first], wait=False)  # a new session: general
+    await post_messages(running, session, user, [second], wait=False)  # known: one hop
+    history = await running.client.get(f"/v1/sessions/{session}/messages", params={"user_id": user})
+    got = history.json()["items"]
+    assert [(m["id"], m["seq"]) for m in got] == [("m1", 1), ("m2", 2)]
+    for m in got:
+        assert m["created_at"].startswith("2024-05-01T08:00:00")
+        assert m["metadata"] == fields["metadata"]
+    stored = sa.select(Message.created_at, Message.received_at, Message.metadata_).where(
+        Message.tenant_id == "default", Message.user_id == user, Message.session_id == session
+    )
+    async with running.resources.db.read() as tx:
+        raw = (
+            await tx.execute(
+                sa.text(
+                    "SELECT CAST(created_at AS TEXT), CAST(metadata AS TEXT) FROM messages"
+                    " WHERE user_id = :u AND session_id = :s ORDER BY seq"
+                ),
+                {"u": user, "s": session},
+            )
+        ).all()
+        rows = (await tx.execute(stored)).all()
+    assert raw[0] == raw[1]  # the same stored text, whichever path wrote it
+    assert rows[0].created_at == rows[1].created_at

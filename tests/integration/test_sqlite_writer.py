@@ -1,12 +1,15 @@
 """Embedded SQLite: the process's write transactions take turns on one lock
 (app/stores/db.py), in the order they asked, released whatever the body did; a write that
-waits too long is a retryable 503, as SQLite's own busy time-out was."""
+waits too long is a retryable 503, as SQLite's own busy time-out was. Writes in one hop
+(app/stores/one_hop.py) take the same turns."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -14,6 +17,7 @@ import sqlalchemy as sa
 from app.errors import DatabaseUnavailable
 from app.stores import db as db_module
 from app.stores.db import Database, create_engine
+from app.stores.one_hop import Unwritten
 
 
 @pytest.fixture
@@ -102,3 +106,70 @@ async def test_a_writer_that_waits_too_long_is_unavailable(
     async with sqlite.read() as tx:
         rows = (await tx.execute(sa.text("SELECT n FROM turns ORDER BY n"))).scalars().all()
     assert list(rows) == [1, 2]
+
+
+async def test_a_write_in_one_hop_commits_or_leaves_nothing(sqlite: Database) -> None:
+    def insert(n: int, then: type[BaseException] | None = None) -> Callable[[Any], int]:
+        def work(conn: Any) -> int:
+            conn.execute("INSERT INTO turns VALUES (?)", (n,))
+            if then is not None:
+                raise then
+            return n
+
+        return work
+
+    assert sqlite.writes_in_one
+    assert await sqlite.write_in_one(insert(1)) == 1
+    assert await sqlite.write_in_one(insert(2, Unwritten)) is None
+    with pytest.raises(ZeroDivisionError):
+        await sqlite.write_in_one(insert(3, ZeroDivisionError))
+    async with sqlite.read() as tx:
+        rows = (await tx.execute(sa.text("SELECT n FROM turns"))).scalars().all()
+    assert rows == [1]
+
+
+async def test_a_cancelled_write_in_one_hop_keeps_the_writers_turn_until_it_is_done(
+    sqlite: Database,
+) -> None:
+    """The caller may stop waiting; the next writer still begins only after the work has
+    committed, and is handed the turn then (not left to SQLite's busy handler)."""
+    started, go_on = threading.Event(), threading.Event()
+
+    def slow(conn: Any) -> None:
+        started.set()
+        go_on.wait(10)
+        conn.execute("INSERT INTO turns VALUES (1)")
+
+    caller = asyncio.create_task(sqlite.write_in_one(slow))
+    assert await asyncio.to_thread(started.wait, 10)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    # Held still: the next writer waits on the lock, not in SQLite's busy handler's sleeps.
+    assert sqlite._writer is not None
+    assert sqlite._writer.locked()
+
+    async def after() -> int:
+        async with sqlite.transaction() as tx:
+            n = (await tx.execute(sa.text("SELECT count(*) FROM turns"))).scalar_one()
+            await tx.execute(sa.text("INSERT INTO turns VALUES (2)"))
+            return int(n)
+
+    next_writer = asyncio.create_task(after())
+    await asyncio.sleep(0.1)
+    assert not next_writer.done()  # the cancelled work still holds the turn
+    go_on.set()
+    assert await next_writer == 1  # it began after the first's commit
+    async with sqlite.read() as tx:
+        rows = (await tx.execute(sa.text("SELECT n FROM turns ORDER BY n"))).scalars().all()
+    assert rows == [1, 2]
+
+
+async def test_an_in_memory_database_has_no_one_hop_writer() -> None:
+    db = Database(create_engine("sqlite+aiosqlite:///:memory:"))
+    try:
+        assert not db.writes_in_one
+        with pytest.raises(RuntimeError):
+            await db.write_in_one(lambda conn: None)
+    finally:
+        await db.close()
