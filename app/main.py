@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TypedDict
 
@@ -75,6 +76,18 @@ class State(TypedDict):
     metrics: Metrics  # read by the RequestMetrics middleware
 
 
+@contextlib.asynccontextmanager
+async def _switch_interval(seconds: float) -> AsyncIterator[None]:
+    """The GIL's switch interval for the api's life (process-wide: `sys.setswitchinterval`),
+    the one before given back after (tests start many apps in one process)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def _lifespan(
     settings: Settings, clock: Clock | None, mcp_endpoint: strata_mcp.HttpEndpoint
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[State]]:
@@ -85,6 +98,7 @@ def _lifespan(
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         logs.configure(settings.log_level, settings.log_format)
         async with (
+            _switch_interval(settings.gil_switch_interval_ms / 1000),
             DataDirLock(settings, "the api"),  # no `strata import` beside it (app/datalock.py)
             open_container(settings, clock=clock) as container,
             contextlib.AsyncExitStack() as stack,

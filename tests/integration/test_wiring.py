@@ -8,6 +8,7 @@ reaches it, and its advances reach the api's waiting requests."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -143,3 +144,16 @@ async def test_the_worker_runs_on_a_thread_of_its_own_and_hears_the_apis_wake_up
         assert recalled.status_code == 200, recalled.text
         assert recalled.json()["results"]
     assert not thread.is_alive()  # stopped with the app
+
+
+async def test_the_api_sets_the_gils_switch_interval_for_its_life_and_gives_it_back(
+    tmp_path: Path, start_app: Callable[..., Any]
+) -> None:
+    """A process-wide setting (docs/configuration.md): what it was before the api started
+    is what it is after the api stopped."""
+    before = sys.getswitchinterval()
+    settings = embedded_settings(tmp_path / "data", gil_switch_interval_ms=2.5)
+    async with start_app(settings) as running:
+        assert sys.getswitchinterval() == pytest.approx(0.0025)
+        assert (await running.client.get("/healthz")).status_code == 200
+    assert sys.getswitchinterval() == pytest.approx(before)
