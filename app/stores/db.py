@@ -189,6 +189,7 @@ class Database:
         # Purges after erasures, one at a time; those asking meanwhile share the next.
         self._purges = _Purges()
         self._one_hop = _one_hop_writer(engine)
+        self._owns_one_hop = True  # a sibling shares it; only this one closes it
 
     def sibling(self, engine: AsyncEngine, reader: AsyncEngine | None = None) -> Database:
         """The same database on engines of another event loop (an engine's pool and its
@@ -199,7 +200,7 @@ class Database:
         other._on_commit = self._on_commit
         other._writer = self._writer
         other._purges = self._purges
-        other._one_hop = self._one_hop
+        other._one_hop, other._owns_one_hop = self._one_hop, False
         return other
 
     @property
@@ -239,16 +240,23 @@ class Database:
             raise DatabaseUnavailable(
                 f"the database's writer was busy for {WRITER_WAIT_SECONDS:.0f} s"
             ) from None
-        loop = asyncio.get_running_loop()
+
+        def in_turn() -> T | None:
+            # Released on the writer's thread, the moment the work ends: not after a hop
+            # back to a loop that may be busy, or closed meanwhile.
+            try:
+                return writer.transact(work)
+            finally:
+                lock.release()
+
         try:
-            done = loop.run_in_executor(writer.executor(), writer.transact, work)
+            done = asyncio.get_running_loop().run_in_executor(writer.executor(), in_turn)
         except BaseException:
             lock.release()
             raise
-        done.add_done_callback(lambda _: lock.release())
         try:
             return await asyncio.shield(done)
-        except sqlite3.OperationalError as exc:  # locked past the busy time-out, I/O, full
+        except (sqlite3.OperationalError, sqlite3.InterfaceError) as exc:  # busy, I/O, full
             raise DatabaseUnavailable(_detail(exc)) from exc
 
     def after_commit(self, hook: CommitHook) -> None:
@@ -335,7 +343,7 @@ class Database:
         return await ping(self.reader)
 
     async def close(self) -> None:
-        if self._one_hop is not None:
+        if self._one_hop is not None and self._owns_one_hop:
             await asyncio.to_thread(self._one_hop.close)
         await self.engine.dispose()
         if self.reader is not self.engine:

@@ -11,7 +11,7 @@ so these writes take turns with every other writer as before.
 
 The statements are the stores' own SQLAlchemy constructs, compiled once for SQLite
 (`Prepared`): the SQL and each value's conversion (datetimes, JSON) are what the ORM path
-sends, so rows written either way read back the same (tests/integration/test_one_hop.py).
+sends, so rows written either way read back the same (tests/integration/test_ingest.py).
 """
 
 from __future__ import annotations
@@ -58,11 +58,9 @@ class Prepared:
         ]
 
     def params(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        # None goes through the conversion too: JSON binds it as 'null', as SQLAlchemy does.
         pairs = zip(self._names, self._convert, strict=True)
-        return tuple(
-            values[n] if convert is None or values[n] is None else convert(values[n])
-            for n, convert in pairs
-        )
+        return tuple(values[n] if convert is None else convert(values[n]) for n, convert in pairs)
 
     def run(self, conn: sqlite3.Connection, values: Mapping[str, Any]) -> sqlite3.Cursor:
         return conn.execute(self.sql, self.params(values))
@@ -74,13 +72,14 @@ class Unwritten(Exception):
 
 class OneHopWriter:
     """A thread and a SQLite connection of its own, for `Database.write_in_one`. Opened at
-    the first write, closed with the database (and opened again if written to after)."""
+    the first write, closed by the database that made it (and opened again, on a new
+    thread, if written to after). The connection belongs to the thread that opened it."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._mutex = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._local = threading.local()  # the pool thread's connection
 
     def executor(self) -> ThreadPoolExecutor:
         with self._mutex:
@@ -90,39 +89,46 @@ class OneHopWriter:
 
     def transact(self, work: Callable[[sqlite3.Connection], T]) -> T | None:
         """On the writer's thread: `work` in one transaction, committed, or rolled back
-        when it raises (None for `Unwritten`, anything else raised again)."""
+        when it raises (None for `Unwritten`, anything else raised again). A failed COMMIT
+        (busy, disk full) is rolled back too: the connection must not keep the write lock.
+        A connection that cannot even roll back is closed, for a fresh one next time."""
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
             out = work(conn)
-        except Unwritten:
-            conn.execute("ROLLBACK")
-            return None
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                self._drop_connection()
+            if isinstance(exc, Unwritten):
+                return None
             raise
-        conn.execute("COMMIT")
         return out
 
     def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             for pragma in PRAGMAS:
                 conn.execute(pragma)
-            self._conn = conn
-        return self._conn
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
 
     def close(self) -> None:
-        """Close the connection on its thread and let the thread go."""
+        """Close the connection on its thread and let the thread go. Under the mutex: a
+        write asking meanwhile gets a new thread (and connection) only after."""
         with self._mutex:
             pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        pool.submit(self._close_connection).result()
-        pool.shutdown(wait=True)
-
-    def _close_connection(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            if pool is None:
+                return
+            pool.submit(self._drop_connection).result()
+            pool.shutdown(wait=True)

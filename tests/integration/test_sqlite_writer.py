@@ -6,6 +6,8 @@ waits too long is a retryable 503, as SQLite's own busy time-out was. Writes in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -173,3 +175,72 @@ async def test_an_in_memory_database_has_no_one_hop_writer() -> None:
             await db.write_in_one(lambda conn: None)
     finally:
         await db.close()
+
+
+async def test_a_commit_that_fails_leaves_no_transaction_open(sqlite: Database) -> None:
+    """A COMMIT refused (here a deferred foreign key; busy or a full disk alike) is rolled
+    back: the connection keeps no write lock, and writers on both paths go on."""
+    async with sqlite.transaction() as tx:
+        await tx.execute(sa.text("CREATE TABLE parent (id INTEGER PRIMARY KEY)"))
+        await tx.execute(sa.text("CREATE TABLE child (p INTEGER REFERENCES parent (id))"))
+
+    def orphan(conn: Any) -> None:
+        conn.execute("PRAGMA defer_foreign_keys=ON")
+        conn.execute("INSERT INTO child VALUES (7)")  # refused only at the commit
+
+    with pytest.raises(sqlite3.IntegrityError):
+        await sqlite.write_in_one(orphan)
+    assert await sqlite.write_in_one(lambda conn: conn.execute("INSERT INTO turns VALUES (1)"))
+    async with asyncio.timeout(5):  # not SQLite's 30 s busy wait behind a held lock
+        async with sqlite.transaction() as tx:
+            await tx.execute(sa.text("INSERT INTO turns VALUES (2)"))
+    async with sqlite.read() as tx:
+        assert (await tx.execute(sa.text("SELECT count(*) FROM child"))).scalar_one() == 0
+        assert (await tx.execute(sa.text("SELECT count(*) FROM turns"))).scalar_one() == 2
+
+
+async def test_the_worker_threads_database_does_not_close_the_shared_writer(
+    sqlite: Database,
+) -> None:
+    """The worker's `sibling` shares the one-hop writer; its close (the worker ending) must
+    not take the thread and connection from the api's writes."""
+    threads: list[threading.Thread] = []
+
+    def note(conn: Any) -> int:
+        threads.append(threading.current_thread())  # the object: an ident may be reused
+        return conn.execute("SELECT 1").fetchone()[0]
+
+    await sqlite.write_in_one(note)
+    sibling = sqlite.sibling(create_engine(str(sqlite.engine.url)))
+    await sibling.write_in_one(note)
+    await sibling.close()
+    await sqlite.write_in_one(note)
+    assert all(t is threads[0] for t in threads), threads
+
+
+async def test_the_writers_turn_passes_on_when_the_callers_loop_is_gone(
+    sqlite: Database,
+) -> None:
+    """The turn is let go on the writer's thread when the work ends: not on the caller's
+    loop, which may have closed meanwhile (a cancelled caller whose loop then ended)."""
+    started, go_on = threading.Event(), threading.Event()
+
+    def slow(conn: Any) -> None:
+        started.set()
+        go_on.wait(10)
+        conn.execute("INSERT INTO turns VALUES (1)")
+
+    async def caller_then_gone() -> None:
+        task = asyncio.create_task(sqlite.write_in_one(slow))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    await asyncio.to_thread(asyncio.run, caller_then_gone())  # that loop is closed now
+    go_on.set()
+    async with asyncio.timeout(5):
+        async with sqlite.transaction() as tx:
+            await tx.execute(sa.text("INSERT INTO turns VALUES (2)"))
+    async with sqlite.read() as tx:
+        assert (await tx.execute(sa.text("SELECT count(*) FROM turns"))).scalar_one() == 2
