@@ -2,11 +2,12 @@
 
 The heuristic (the table in docs/forgetting.md, "Intrinsic importance") adds evidence to a
 base of 0.3: the speaker talks about themself (I, my, 我: +0.15); a durable preference or
-fact (prefer, allergic, never, 喜欢, 过敏: +0.25); a plan or decision (plan, decided, booked,
-计划, 打算, 决定: +0.2); a name, place or job (name is, live in, work at, 叫, 住在: +0.2); a
-number or date (digits, weekdays, months, 星期, 明天: +0.1); an explicit request to remember
-(remember, important, 记住, 别忘: +0.35); long enough to carry a fact (80 characters, 30 in
-Chinese: +0.1).
+fact (prefer, allergic, never, 喜欢, 过敏: +0.25); a plan or decision (plan, going to,
+decided, booked, 计划, 打算, 要去: +0.2); a name, place or job (name is, live in, work at, 叫,
+住在: +0.2); a number or date (digits, weekdays, months, next week, 星期, 明天, 下个月:
++0.1); an explicit request to remember (remember, important, 记住, 别忘: +0.35); long
+enough to carry a fact (80 characters, 30 in Chinese: +0.1). The same statement in either
+language is rated alike.
 
 Filler (ok, thanks, lol, 好的, 哈哈, 嗯 … with nothing else) is 0.02, and a very short turn
 loses 0.15. With an LLM the extraction call rates importance instead (`LLMRating`), and
@@ -27,8 +28,9 @@ _DURABLE = re.compile(
     re.IGNORECASE,
 )
 _PLAN = re.compile(
-    r"\b(plan\w*|going to|decided|decision|will|booked|schedul\w*|deadline|appointment)\b|"
-    r"计划|打算|决定|准备|预订|预约|安排",
+    r"\b(plan\w*|going to|decided|decision|will|i'll|we'll|booked|schedul\w*|deadline|"
+    r"appointment)\b|"
+    r"计划|打算|决定|准备|预订|预约|安排|要去|将要|即将",
     re.IGNORECASE,
 )
 _IDENTITY = re.compile(
@@ -39,8 +41,10 @@ _IDENTITY = re.compile(
 )
 _NUMBER_OR_DATE = re.compile(
     r"\d|\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|"
-    r"march|april|may|june|july|august|september|october|november|december|tomorrow)\b|"
-    r"[一二三四五六七八九十两]+[点号月日岁个]|星期|周[一二三四五六日末]|明天|后天",
+    r"march|april|may|june|july|august|september|october|november|december|tomorrow|"
+    r"yesterday|tonight|(?:next|last) (?:week|month|year|weekend))\b|"
+    r"[一二三四五六七八九十两]+[点号月日岁个]|星期|周[一二三四五六日末]|明天|后天|昨天|前天|"
+    r"今晚|[上下]个?(?:月|周|星期)|明年|去年|月底|年底",
     re.IGNORECASE,
 )
 _REMEMBER = re.compile(

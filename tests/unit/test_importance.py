@@ -47,3 +47,19 @@ def test_an_llm_rating_leads_but_the_heuristic_keeps_it_honest() -> None:
     assert blend("ok", None) == FILLER
     assert blend("ok", 1.0) < blend("I am allergic to peanuts.", 1.0)
     assert blend("The weather was nice.", 0.9) > intrinsic("The weather was nice.")
+
+
+@pytest.mark.parametrize(
+    ("english", "chinese"),
+    [
+        ("I am going to Berlin next month.", "我下个月要去柏林。"),
+        ("Last week we went to the beach.", "上周我们去了海边。"),
+        ("I'll see the dentist tomorrow.", "我明天要去看牙医。"),
+        ("Yesterday I finished the report.", "我昨天写完了报告。"),
+    ],
+)
+def test_a_plan_or_a_date_counts_the_same_in_either_language(english: str, chinese: str) -> None:
+    """The same statement, English or Chinese, is rated alike: recall weighs importance, so
+    a cue missing in one language ranked its turns below the other's."""
+    assert intrinsic(chinese) == intrinsic(english)
+    assert intrinsic(chinese) > intrinsic("The weather was nice.")
