@@ -208,7 +208,7 @@ async def test_the_worker_threads_database_does_not_close_the_shared_writer(
 
     def note(conn: Any) -> int:
         threads.append(threading.current_thread())  # the object: an ident may be reused
-        return conn.execute("SELECT 1").fetchone()[0]
+        return int(conn.execute("SELECT 1").fetchone()[0])
 
     await sqlite.write_in_one(note)
     sibling = sqlite.sibling(create_engine(str(sqlite.engine.url)))
