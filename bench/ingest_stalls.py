@@ -8,7 +8,8 @@ Printed: the requests' p50 / p99 / max; the event loop's stalls longer than `--l
 (a heartbeat task every millisecond, and a watcher thread that records the loop thread's
 stack when the beat is late: the innermost frames, by count); and, where the checkout has
 the SQLite writer lock (app/stores/db.py), how long write transactions waited for it and
-how long each kind held it.
+how long each kind held it; and where one-hop writes are (`Database.write_in_one`), their
+whole time beside their SQL's on the writer's thread.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from app.stores import db as db_module
 
 waits: list[float] = []
 holds: dict[str, list[float]] = collections.defaultdict(list)
+hops: dict[str, list[float]] = collections.defaultdict(list)  # one-hop writes, where there
 
 
 def _instrument() -> None:
@@ -61,6 +63,30 @@ def _instrument() -> None:
 
     db_module._Transaction.__aenter__ = timed_enter  # type: ignore[method-assign]
     db_module._Transaction.__aexit__ = timed_leave  # type: ignore[method-assign,assignment]
+
+    one_hop = getattr(db_module.Database, "write_in_one", None)
+    if one_hop is None:
+        return
+
+    async def timed_one_hop(self: Any, work: Any) -> Any:
+        ran: list[float] = []
+
+        def timed_work(conn: Any) -> Any:
+            at = time.perf_counter()
+            try:
+                return work(conn)
+            finally:
+                ran.append((time.perf_counter() - at) * 1000)
+
+        start = time.perf_counter()
+        try:
+            return await one_hop(self, timed_work)
+        finally:
+            total = (time.perf_counter() - start) * 1000
+            hops["total"].append(total)
+            hops["work"].append(ran[0] if ran else 0.0)
+
+    db_module.Database.write_in_one = timed_one_hop  # type: ignore[method-assign]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -117,6 +143,17 @@ async def run(requests: int, lag: float) -> None:
     print(f"event loop stalls over {lag * 1000:.0f} ms: {sum(stalls.values())}")
     for where, n in stalls.most_common(8):
         print(f"  {n:4d}  {where}")
+    if hops["total"]:
+        total, work = hops["total"], hops["work"]
+        slow = [i for i, t in enumerate(total) if t >= pct(total, 0.99)]
+        print(
+            f"one-hop writes: {len(total)}, whole p50 {pct(total, 0.5):.2f} / p99"
+            f" {pct(total, 0.99):.2f} ms, their SQL on the writer's thread p50"
+            f" {pct(work, 0.5):.2f} / p99 {pct(work, 0.99):.2f} ms; the slowest 1%:"
+            f" whole {sum(total[i] for i in slow) / len(slow):.1f} ms, SQL"
+            f" {sum(work[i] for i in slow) / len(slow):.1f} ms (the rest: the writer's turn"
+            " and the hops)"
+        )
     if waits:
         print(
             f"writer lock waits: p50 {pct(waits, 0.5):.2f} ms, p99 {pct(waits, 0.99):.2f} ms,"
