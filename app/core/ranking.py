@@ -126,9 +126,32 @@ def names(text: str, kind: AnswerType) -> bool:
         return _NAMES_TIME_EN.search(text.lower()) is not None or (
             _HAS_CJK.search(text) is not None and _NAMES_TIME_ZH.search(text) is not None
         )
-    if _NAMES_PLACE.search(text) is not None:
+    if _NAMES_PLACE.search(text) is not None or _names_place_zh(text):
         return True
     return any(w.lower() not in _OPENERS for w in _SENTENCE_START.findall(text))
+
+
+# A Chinese place without a place suffix (柏林, 首尔, 清迈) after a verb of going: the
+# dictionary's tags for foreign names are unreliable (柏林 `nr`, 首尔 `d`, 清迈 `a`), so any
+# word of two or more characters counts unless it is tagged as what follows 去 when no place
+# does (a verb, a time, a pronoun, a number: 去吃饭, 去年, 去那儿).
+_GOING_ZH = frozenset(("去", "去过", "飞往", "前往", "飞去", "出发去", "往"))
+_NOT_PLACE_TAGS = ("v", "t", "r", "m", "q", "p", "u", "c", "y", "e", "o", "f")
+
+
+def _names_place_zh(text: str) -> bool:
+    if _HAS_CJK.search(text) is None:
+        return False
+    seg = terms.segmenter()
+    tags = seg.word_tags()
+    after_going = False
+    for word in seg.cut(text):
+        if after_going and len(word) >= 2 and _HAS_CJK.match(word):
+            tag = tags.get(word) or "n"
+            if not tag.startswith(_NOT_PLACE_TAGS):
+                return True
+        after_going = word in _GOING_ZH
+    return False
 
 
 _MONTHS = {

@@ -107,6 +107,14 @@ def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
         ("How do you like it?", False, False),
         ("I am so happy for you", False, False),  # a bare "am" is not a time
         ("Thanks, that sounds great.", False, False),
+        # A place with no suffix after a verb of going, whatever the dictionary tags it
+        # (柏林 as a person's name, 首尔 as an adverb); 去 before a verb or a time is not.
+        ("我下个月要去柏林出差。", True, True),
+        ("我下周去首尔玩", True, True),
+        ("我想去冰岛看极光", False, True),
+        ("我们去吃饭吧", False, False),
+        ("你去那儿干嘛", False, False),
+        ("我去年很忙", True, False),
     ],
 )
 def test_what_a_statement_names(text: str, time: bool, place: bool) -> None:
