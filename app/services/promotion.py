@@ -21,7 +21,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.core.audit import AuditEvent
 from app.core.backoff import backoff_seconds
@@ -496,7 +496,9 @@ class Promoter:
         fresh = [m.chunk.id for m in plan.fresh]
         # The rows and their events are built before the transaction: SQLite's one writer,
         # which every ingest waits for, is held for the statements alone.
-        rows = _Rows.of(claim, plan.fresh, self.clock())
+        rows = await asyncio.to_thread(
+            _Rows.of, claim, plan.fresh, self.clock(), sqlite=self.db.dialect == "sqlite"
+        )
         try:
             async with self.db.transaction() as tx:
                 unchanged = await self._commit(tx, claim, plan, from_seq, to_seq, rows, row)
@@ -655,11 +657,9 @@ class Promoter:
             release=True,
         ):
             raise _LeaseLost
-        inserted = await memory_store.insert_many(tx, rows.values)
-        # A replayed batch re-inserts nothing, so it must not re-log "created" either.
-        created = [event for event in rows.created if event.memory_id in inserted]
+        await _insert(tx, rows)
         merged, patches, unchanged = await self._merge(tx, claim, plan.merges, now, before)
-        await memory_store.add_events(tx, [*created, *merged])
+        await memory_store.add_events(tx, merged)
         # Under the row locks, before the commit: if the index fails, nothing moves.
         await self.vectors.set_payload(patches, owner=(claim.tenant_id, claim.user_id))
         return unchanged
@@ -821,14 +821,34 @@ class _Rows:
     now: datetime
     values: list[memory_store.MemoryValues]
     created: list[AuditEvent]
+    bound: memory_store.BoundRows | None = None  # `values` bound for SQLite, ahead
+    bound_created: list[tuple[Any, ...]] | None = None  # and `created`
 
     @staticmethod
-    def of(claim: Claim, fresh: list[NewMemory], now: datetime) -> _Rows:
-        return _Rows(
-            now,
-            [Promoter._row(claim, m, now) for m in fresh],
-            [Promoter._created(claim, m, now) for m in fresh],
+    def of(claim: Claim, fresh: list[NewMemory], now: datetime, *, sqlite: bool) -> _Rows:
+        """The rows; on SQLite also their values as its driver takes them, converted
+        here rather than under the writer lock (`memory_store.bind_for_sqlite`)."""
+        values = [Promoter._row(claim, m, now) for m in fresh]
+        created = [Promoter._created(claim, m, now) for m in fresh]
+        bound = memory_store.bind_for_sqlite(values) if sqlite and values else None
+        if bound is None:
+            return _Rows(now, values, created)
+        return _Rows(now, values, created, bound, memory_store.bind_events_for_sqlite(created))
+
+
+async def _insert(tx: AsyncSession, rows: _Rows) -> set[uuid.UUID]:
+    """The batch's rows and their "created" events; returns the ids inserted. A replayed
+    batch re-inserts nothing, so it must not re-log "created" either."""
+    if rows.bound is not None and rows.bound_created is not None:
+        inserted = await memory_store.insert_bound(tx, rows.bound)
+        events = zip(rows.created, rows.bound_created, strict=True)
+        await memory_store.add_bound_events(
+            tx, [bound for e, bound in events if e.memory_id in inserted]
         )
+    else:
+        inserted = await memory_store.insert_many(tx, rows.values)
+        await memory_store.add_events(tx, [e for e in rows.created if e.memory_id in inserted])
+    return inserted
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.audit import AuditEvent
 from app.core.reinforcement import Use
 from app.stores.models import Memory, MemoryEvent, User
+from app.stores.one_hop import Prepared
 from app.stores.sessions import _insert
 
 _CHUNK = 400
@@ -242,22 +245,105 @@ _EVENTS = cast(sa.Table, MemoryEvent.__table__)
 _MEMORIES = cast(sa.Table, Memory.__table__)
 
 
+# The types whose insert can change what context shows (`app.stores.changes.FACT_TYPES`).
+# Rows of these go through `insert_many`, where the session sees the statement.
+_SHOWN_TYPES = frozenset({"semantic", "procedural"})
+_INSERT_BOUND = Prepared(
+    sqlite.insert(_MEMORIES).on_conflict_do_nothing(index_elements=["id"]),
+    column_keys=[c.name for c in _MEMORIES.columns],
+)
+_UNSET = {c.name: None for c in _MEMORIES.columns}  # the columns a new row leaves empty
+
+
+@dataclass(frozen=True, slots=True)
+class BoundRows:
+    """New memories with their values already converted for SQLite's driver
+    (`bind_for_sqlite`): `params[i]` is the row of `ids[i]`, whose id is stored as
+    `keys[i]`."""
+
+    tenant_id: str
+    user_id: str
+    ids: list[uuid.UUID]
+    keys: list[Any]
+    params: list[tuple[Any, ...]]
+
+
+def bind_for_sqlite(rows: Sequence[MemoryValues]) -> BoundRows | None:
+    """Each row's values as SQLAlchemy would bind them for SQLite, computed before the
+    write transaction: for promotion's batch of a few hundred turns the conversions
+    (datetimes, JSON) are ~30 us a row, which the statement would otherwise spend while
+    holding SQLite's one writer, that every ingest waits for (bench/README.md, "Ingest,
+    promotion, memory"). None when a row is of a type context shows (a fact): those go
+    through `insert_many`, whose statement the session watches (`app.stores.changes`)."""
+    owners = {(r["tenant_id"], r["user_id"]) for r in rows}
+    if len(owners) != 1 or any(r["memory_type"] in _SHOWN_TYPES for r in rows):
+        return None
+    ((tenant_id, user_id),) = owners
+    params = [
+        _INSERT_BOUND.params(
+            {**_UNSET, **{("metadata" if k == "metadata_" else k): v for k, v in r.items()}}
+        )
+        for r in rows
+    ]
+    at = _INSERT_BOUND.position("id")
+    return BoundRows(tenant_id, user_id, [r["id"] for r in rows], [p[at] for p in params], params)
+
+
+async def insert_bound(tx: AsyncSession, rows: BoundRows) -> set[uuid.UUID]:
+    """`insert_many` of one user's rows bound ahead (SQLite only), in two statements of
+    the driver: which of their ids the user has stored already (the transaction holds
+    SQLite's writer, so none can appear in between; a promoted memory's id is derived from
+    its session, which is its user's: no other user holds it), then one executemany of the rest.
+    Returns the ids inserted."""
+    conn = await tx.connection()
+    stored: set[Any] = set()
+    for start in range(0, len(rows.keys), _CHUNK):
+        chunk = rows.keys[start : start + _CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        found = await conn.exec_driver_sql(
+            f"SELECT id FROM memories WHERE tenant_id = ? AND user_id = ? AND id IN ({marks})",
+            (rows.tenant_id, rows.user_id, *chunk),
+        )
+        stored.update(row[0] for row in found)
+    fresh = [n for n, key in enumerate(rows.keys) if key not in stored]
+    if fresh:
+        await conn.exec_driver_sql(_INSERT_BOUND.sql, [rows.params[n] for n in fresh])
+    return {rows.ids[n] for n in fresh}
+
+
+_EVENT_COLUMNS = [c.name for c in _EVENTS.columns if c.name != "id"]
+_INSERT_EVENTS_BOUND = Prepared(sa.insert(_EVENTS), column_keys=_EVENT_COLUMNS)
+
+
+def bind_events_for_sqlite(events: Sequence[AuditEvent]) -> list[tuple[Any, ...]]:
+    """`add_events`' rows bound for SQLite ahead of the transaction, as `bind_for_sqlite`."""
+    return [_INSERT_EVENTS_BOUND.params(_event_row(e)) for e in events]
+
+
+async def add_bound_events(tx: AsyncSession, params: Sequence[tuple[Any, ...]]) -> None:
+    """`add_events` of events bound ahead (SQLite only): one executemany of the driver."""
+    if params:
+        conn = await tx.connection()
+        await conn.exec_driver_sql(_INSERT_EVENTS_BOUND.sql, list(params))
+
+
+def _event_row(e: AuditEvent) -> dict[str, Any]:
+    return {
+        "tenant_id": e.tenant_id,
+        "user_id": e.user_id,
+        "memory_id": e.memory_id,
+        "event": e.event,
+        "old_value": e.old,
+        "new_value": e.new,
+        "reason": e.reason,
+        "created_at": e.at,
+    }
+
+
 async def add_events(tx: AsyncSession, events: Sequence[AuditEvent]) -> None:
     """Insert the events on the table itself: the ORM's bulk insert costs ~30% more CPU
     per row, on the event loop (a reinforcement flush writes thousands at once)."""
-    rows = [
-        {
-            "tenant_id": e.tenant_id,
-            "user_id": e.user_id,
-            "memory_id": e.memory_id,
-            "event": e.event,
-            "old_value": e.old,
-            "new_value": e.new,
-            "reason": e.reason,
-            "created_at": e.at,
-        }
-        for e in events
-    ]
+    rows = [_event_row(e) for e in events]
     for start in range(0, len(rows), _LOOP_ROWS):
         await tx.execute(sa.insert(_EVENTS), rows[start : start + _LOOP_ROWS])
 

@@ -62,6 +62,10 @@ class Prepared:
         pairs = zip(self._names, self._convert, strict=True)
         return tuple(values[n] if convert is None else convert(values[n]) for n, convert in pairs)
 
+    def position(self, name: str) -> int:
+        """Where the value of `name` is in `params`' tuple."""
+        return self._names.index(name)
+
     def run(self, conn: sqlite3.Connection, values: Mapping[str, Any]) -> sqlite3.Cursor:
         return conn.execute(self.sql, self.params(values))
 
