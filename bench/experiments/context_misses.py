@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchlib import JSON, Api, run_pool, write_json
 from locomo import CATEGORIES, Question, _flat, load_conversations
 
+SCORE_TERMS = ("semantic", "recency", "importance")
+
 
 def turn_no(dia_id: str) -> tuple[int, int]:
     s, t = dia_id[1:].split(":")
@@ -86,6 +88,11 @@ async def main_async(args: argparse.Namespace) -> int:
                     "evidence": q.evidence,
                     "ranked": [[s["message_id"] for s in res["sources"]] for res in rec["results"]],
                     "semantic": [res["scores"]["semantic"] for res in rec["results"]],
+                    # Each result's score terms, for orderings simulated offline.
+                    "scores": [
+                        [res["score"], *(res["scores"][k] for k in SCORE_TERMS)]
+                        for res in rec["results"]
+                    ],
                     "memories": [
                         [s["message_id"] for s in m["sources"]] for m in ctx["sections"]["memories"]
                     ],
