@@ -336,11 +336,35 @@ def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
     return Rewrite(asked, rewritten, True, "heuristic", tuple(terms))
 
 
+# The commonest Chinese surnames: a two-character word jieba's dictionary tags as a name
+# is one only when it opens with one (王芳, 小李); its dictionary also tags 别太 ("don't
+# be too …") and 加薪 ("a raise") as names, which a "他们" must not become.
+_ZH_SURNAMES = frozenset(
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程"
+    "苏魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝"
+    "龚邵万钱严覃武戴莫孔向汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞"
+    "左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕"
+    "屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧"
+    "闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
+)
+
+
+def _zh_name_shaped(word: str) -> bool:
+    """Two characters, a surname and a given name (王芳) or 小/老/阿 and a surname (老王),
+    or three or more (a full name, a foreign one: 玛丽亚)."""
+    if len(word) >= 3:
+        return True
+    if len(word) < 2:  # a surname alone: jieba cuts 小李 into 小 and 李
+        return False
+    return word[:1] in _ZH_SURNAMES or (word[:1] in "小老阿" and word[1:2] in _ZH_SURNAMES)
+
+
 def _person_like(term: str, turns: Sequence[Turn]) -> bool:
-    """A term is taken for a person when jieba tags it a person's name, or when it is a
-    capitalised English word (a weak but cheap sign)."""
+    """A term is taken for a person when jieba tags it a person's name and it has a
+    name's shape (`_zh_name_shaped`), or when it is a capitalised English word (a weak
+    but cheap sign)."""
     if _CJK.search(term):
-        return any(
+        return _zh_name_shaped(term) and any(
             word == term and tag == "nr"
             for t in turns[-RECENT_TURNS:]
             for word, tag in _pos_cut(t.content)

@@ -70,6 +70,27 @@ def test_a_chinese_pronoun_is_resolved_to_the_person_named() -> None:
     assert heuristic_rewrite("她喜欢什么？", turns).rewritten.startswith("小雨喜欢什么")
 
 
+@pytest.mark.parametrize(
+    ("turns", "query", "name"),
+    [
+        (["我同事王芳下周去北京出差。", "出差几天？", "大概五天。"], "她什么时候回来？", "王芳"),
+        (["老王明天来我家。", "要准备什么吗？", "买点水果吧。"], "他喜欢吃什么？", "老王"),
+        # jieba's dictionary tags 别太 ("don't be too ...") and 加薪 ("a raise") as names.
+        (["别太担心，大多数结节是良性的。", "对，给他们俩都买了。"], "他们的保险过期了吗？", None),
+        (["老板想给我加薪留住我。", "杭州那家公司的 offer 呢？"], "他们给的年薪是多少？", None),
+    ],
+)
+def test_a_chinese_pronoun_becomes_only_a_word_shaped_like_a_name(
+    turns: list[str], query: str, name: str | None
+) -> None:
+    history = [Turn("user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(turns)]
+    rewritten = heuristic_rewrite(query, history).rewritten
+    if name is None:
+        assert rewritten.startswith(query)  # the pronoun stays; the topic's terms follow
+    else:
+        assert rewritten.startswith(name + query[1:])
+
+
 def test_expansion_takes_the_users_subject_not_the_assistants_filler() -> None:
     turns = [
         Turn("user", "I broke my phone screen yesterday."),
