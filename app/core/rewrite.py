@@ -300,7 +300,11 @@ def bound_pronouns(query: str) -> str:
         found += [m.start() for m in _EN_RELATIVE.finditer(query)]
         # Two people named: an object is one of them too ("What did Nate give Joanna that
         # made her smile?"), not someone of the turns.
-        pattern = _EN_BINDABLE_ALL if len(set(names)) >= 2 else _EN_BINDABLE
+        # So in a long question that names someone ("What does John write on the board to
+        # help him stay motivated?"): a follow-up that means someone else is short ("Did
+        # Tom tell her?").
+        long_named = bool(names) and len(_WORD.findall(query)) >= _LONG_QUESTION_WORDS
+        pattern = _EN_BINDABLE_ALL if len(set(names)) >= 2 or long_named else _EN_BINDABLE
         query = _blank(query, _not_referring(query))
     if not found:
         return query
@@ -379,8 +383,8 @@ def salient_terms(turns: Sequence[Turn], *, exclude: str = "", k: int = MAX_TERM
         recency = 0.75**distance
         speaker = 1.0 if turn.role == "user" or distance == 0 else 0.5
         for term, weight in _terms_of(turn.content):
-            if term.lower() in excluded:
-                continue  # the query says it already
+            if term.lower() in excluded or term.lower() in _EN_OPENERS:
+                continue  # the query says it already, or "Talk to you soon!"
             scores[term] += weight * recency * speaker
             first_seen.setdefault(term, len(first_seen))
     # The topic recurs: a term the other turns come back to (意外险 in 意外身故 and 意外医疗,
@@ -493,6 +497,16 @@ def _zh_name_shaped(word: str) -> bool:
     return word[:1] in _ZH_SURNAMES or (word[:1] in "小老阿" and word[1:2] in _ZH_SURNAMES)
 
 
+# Words that open a turn as an imperative or an interjection ("Talk to you soon!",
+# "Take care", "Cheers"): capitalised there, and never a name.
+_EN_OPENERS = frozenset(
+    """
+    talk see take let have keep stay hope catch good great thanks thank bye enjoy congrats
+    wow yes yeah yea sure anytime together cheers sounds glad sorry love tell totally
+    """.split()  # noqa: SIM905
+)
+
+
 def _person_like(term: str, turns: Sequence[Turn]) -> bool:
     """A term is taken for a person when jieba tags it a person's name and it has a
     name's shape (`_zh_name_shaped`), or when it is an English word capitalised inside a
@@ -515,6 +529,8 @@ def _person_like(term: str, turns: Sequence[Turn]) -> bool:
     name = re.escape(term)
     inside = re.compile(rf"(?<![.!?]\s)(?<=\s){name}\b")
     subject = re.compile(rf"(?:^|[.!?]\s+){name}\s+(?!(?:I|we|you|they|he|she|it)\b)[A-Za-z]")
+    if term.lower() in _EN_OPENERS:
+        return False
     return term[:1].isupper() and any(
         inside.search(t.content) or subject.search(t.content) for t in turns[-RECENT_TURNS:]
     )
@@ -529,6 +545,7 @@ _EN_THING = re.compile(r"\b([Ii]ts?)\b")  # not "IT", the acronym
 # someone else.
 _EN_BINDABLE = re.compile(r"\b(she|he|her|his|hers|they|their|theirs)\b", re.IGNORECASE)
 _EN_POSSESSIVE = frozenset({"his", "her", "their"})
+_LONG_QUESTION_WORDS = 8
 _EN_BINDABLE_ALL = re.compile(
     r"\b(she|he|her|his|hers|him|they|their|theirs|them)\b", re.IGNORECASE
 )

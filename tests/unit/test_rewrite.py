@@ -150,6 +150,15 @@ def test_an_interjection_opening_a_turn_is_not_the_person_a_pronoun_stands_for()
         assert name not in heuristic_rewrite("what about her?", turns).rewritten.split("?")[0]
 
 
+def test_an_object_in_a_long_question_that_names_someone_is_that_person() -> None:
+    turns = [Turn("user", "I had lunch with Anna today. Talk to you soon!")]
+    long = "What does John write on the whiteboard to help him stay motivated?"
+    assert not heuristic_rewrite(long, turns).changed
+    short = heuristic_rewrite("Did Tom tell her?", turns).rewritten
+    assert short.startswith("Did Tom tell Anna?")
+    assert "Talk" not in short  # an imperative opening a turn is no name, nor a topic
+
+
 def test_expansion_takes_the_users_subject_not_the_assistants_filler() -> None:
     turns = [
         Turn("user", "I broke my phone screen yesterday."),
