@@ -154,6 +154,7 @@ _EN_DUMMY_IT_NEXT = frozenset(
 )
 _EN_DUMMY_IT_STATE = frozenset({"likely", "possible", "true", "unlikely"})
 _EN_THERE_BE = frozenset({"is", "are", "was", "were", "'s"})
+_ANCHORED_THERE_WORDS = 7
 _EN_THIS_TIME = frozenset(
     """
     week weekend month year morning afternoon evening summer winter spring autumn fall time
@@ -180,8 +181,13 @@ def _not_referring(query: str) -> list[tuple[int, int]]:
             or (word == "it" and after in ("is", "was") and after2 in _EN_DUMMY_IT_STATE)
             or (word == "it" and before in ("is", "was") and after == "like")  # what is it like
             or (word == "it" and after in ("is", "was") and after2 == "like")  # say it was like
-            or (word == "there" and (before in _EN_THERE_BE or after in _EN_THERE_BE))
-            or (word == "there" and after == "be")  # will there be
+            # "Is there a gym near my office?"; a short "Is there parking?" asks about the
+            # place the turns talk of.
+            or (
+                word == "there"
+                and (before in _EN_THERE_BE or after in _EN_THERE_BE or after == "be")
+                and len(words) >= _ANCHORED_THERE_WORDS
+            )
             or (word == "that" and _relative_that(before, after, query[end:]))
             or (word == "one" and not _pronoun_one(before, after))
             or (word == "this" and after in _EN_THIS_TIME)

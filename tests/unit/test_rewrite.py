@@ -135,6 +135,7 @@ def test_words_that_refer_to_nothing_before_leave_a_question_alone(query: str) -
         "how many nights again?",
         "Do they take cards?",
         "Does it cover the tooth?",
+        "Is there parking?",  # the place the turns talk of
     ],
 )
 def test_a_follow_up_still_leans_on_the_turns(query: str) -> None:
