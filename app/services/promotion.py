@@ -489,16 +489,18 @@ class Promoter:
         # Term vectors of long texts take tens of milliseconds each: off the event loop,
         # which the api shares with an in-process worker.
         points = await asyncio.to_thread(self._points, claim, plan.fresh, turns, before)
+        # The rows and their events are built before the transaction: SQLite's one writer,
+        # which every ingest waits for, is held for the statements alone. Before the points
+        # are written, too: a failure or a cancellation here leaves nothing to undo.
+        if self.db.dialect == "sqlite":
+            rows = await asyncio.to_thread(_Rows.of, claim, plan.fresh, self.clock(), sqlite=True)
+        else:
+            rows = _Rows.of(claim, plan.fresh, self.clock(), sqlite=False)
         # Index first (idempotent: deterministic ids), then the canonical rows and the
         # watermark atomically, under the lease.
         await self.vectors.upsert(points)
         row = before.plan.row if before is not None else None
         fresh = [m.chunk.id for m in plan.fresh]
-        # The rows and their events are built before the transaction: SQLite's one writer,
-        # which every ingest waits for, is held for the statements alone.
-        rows = await asyncio.to_thread(
-            _Rows.of, claim, plan.fresh, self.clock(), sqlite=self.db.dialect == "sqlite"
-        )
         try:
             async with self.db.transaction() as tx:
                 unchanged = await self._commit(tx, claim, plan, from_seq, to_seq, rows, row)

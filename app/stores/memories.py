@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.audit import AuditEvent
 from app.core.reinforcement import Use
+from app.stores.changes import FACT_TYPES
 from app.stores.models import Memory, MemoryEvent, User
 from app.stores.one_hop import Prepared
 from app.stores.sessions import _insert
@@ -245,9 +246,9 @@ _EVENTS = cast(sa.Table, MemoryEvent.__table__)
 _MEMORIES = cast(sa.Table, Memory.__table__)
 
 
-# The types whose insert can change what context shows (`app.stores.changes.FACT_TYPES`).
-# Rows of these go through `insert_many`, where the session sees the statement.
-_SHOWN_TYPES = frozenset({"semantic", "procedural"})
+# The types whose insert can change what context shows: rows of these go through
+# `insert_many`, where the session sees the statement (`app.stores.changes`).
+_SHOWN_TYPES = FACT_TYPES
 _INSERT_BOUND = Prepared(
     sqlite.insert(_MEMORIES).on_conflict_do_nothing(index_elements=["id"]),
     column_keys=[c.name for c in _MEMORIES.columns],
@@ -307,7 +308,9 @@ async def insert_bound(tx: AsyncSession, rows: BoundRows) -> set[uuid.UUID]:
         stored.update(row[0] for row in found)
     fresh = [n for n, key in enumerate(rows.keys) if key not in stored]
     if fresh:
-        await conn.exec_driver_sql(_INSERT_BOUND.sql, [rows.params[n] for n in fresh])
+        done = await conn.exec_driver_sql(_INSERT_BOUND.sql, [rows.params[n] for n in fresh])
+        if done.rowcount != len(fresh):  # an id another user holds: not ours to log
+            raise RuntimeError(f"inserted {done.rowcount} of {len(fresh)} new memories")
     return {rows.ids[n] for n in fresh}
 
 
