@@ -15,7 +15,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.audit import AuditEvent
 from app.core.reinforcement import Use
-from app.stores.changes import FACT_TYPES
 from app.stores.models import Memory, MemoryEvent, User
 from app.stores.one_hop import Prepared
 from app.stores.sessions import _insert
@@ -246,9 +245,6 @@ _EVENTS = cast(sa.Table, MemoryEvent.__table__)
 _MEMORIES = cast(sa.Table, Memory.__table__)
 
 
-# The types whose insert can change what context shows: rows of these go through
-# `insert_many`, where the session sees the statement (`app.stores.changes`).
-_SHOWN_TYPES = FACT_TYPES
 _INSERT_BOUND = Prepared(
     sqlite.insert(_MEMORIES).on_conflict_do_nothing(index_elements=["id"]),
     column_keys=[c.name for c in _MEMORIES.columns],
@@ -277,7 +273,7 @@ def bind_for_sqlite(rows: Sequence[MemoryValues]) -> BoundRows | None:
     promotion, memory"). None when a row is of a type context shows (a fact): those go
     through `insert_many`, whose statement the session watches (`app.stores.changes`)."""
     owners = {(r["tenant_id"], r["user_id"]) for r in rows}
-    if len(owners) != 1 or any(r["memory_type"] in _SHOWN_TYPES for r in rows):
+    if len(owners) != 1 or any(r["memory_type"] in FACT_TYPES for r in rows):
         return None
     ((tenant_id, user_id),) = owners
     params = [
