@@ -154,70 +154,67 @@ _EN_DUMMY_IT_NEXT = frozenset(
 )
 _EN_DUMMY_IT_STATE = frozenset({"likely", "possible", "true", "unlikely"})
 _EN_THERE_BE = frozenset({"is", "are", "was", "were", "'s"})
-_ANCHORED_THERE_WORDS = 7
 _EN_THIS_TIME = frozenset(
     """
     week weekend month year morning afternoon evening summer winter spring autumn fall time
     semester season
     """.split()  # noqa: SIM905
 )
-# Before a demonstrative "that" ("about that", "is that", "pick that"), where a relative
-# one follows a noun: function words and common verbs (`_EN_NOT_SUBJECT` and a few more).
-_EN_BEFORE_THAT = frozenset({"book", "pick", "choose", "order", "try", "tried"})
 
 
 def _not_referring(query: str) -> list[tuple[int, int]]:
-    """The spans of the query's English reference words that refer to nothing before it
-    (see `_EN_DUMMY_IT_NEXT` and below); without a tagger, by their neighbours."""
+    """The spans of the query's English reference words that refer to nothing before it;
+    without a tagger, by their neighbours. Whatever the question: a "that" opening a clause
+    ("the shoes that Melanie got"), "one of", "number one", "this week". Only when the
+    question names someone itself (`_names_someone`), since a follow-up says the same
+    without its subject ("How long did it take?", "Is there a dress code?"): a dummy "it"
+    ("how long did it take for Jon to …"), "is there", "the same team", an it/they after a
+    thing the question names ("Nate made ice cream and shared it")."""
     words = [(m.group(0).lower(), m.start(), m.end()) for m in _WORD.finditer(query)]
+    named = _names_someone(query)
     out: list[tuple[int, int]] = []
     for i, (word, start, end) in enumerate(words):
         before = words[i - 1][0] if i > 0 else ""
         after = words[i + 1][0] if i + 1 < len(words) else ""
         after2 = words[i + 2][0] if i + 2 < len(words) else ""
-        dummy = (
-            (word == "it" and after in _EN_DUMMY_IT_NEXT)
-            or (word == "it" and before in ("is", "was") and after in _EN_DUMMY_IT_STATE)
-            or (word == "it" and after in ("is", "was") and after2 in _EN_DUMMY_IT_STATE)
-            or (word == "it" and before in ("is", "was") and after == "like")  # what is it like
-            or (word == "it" and after in ("is", "was") and after2 == "like")  # say it was like
-            # "Is there a gym near my office?"; a short "Is there parking?" asks about the
-            # place the turns talk of.
-            or (
-                word == "there"
-                and (before in _EN_THERE_BE or after in _EN_THERE_BE or after == "be")
-                and len(words) >= _ANCHORED_THERE_WORDS
-            )
-            or (word == "that" and _relative_that(before, after, query[end:]))
-            or (word == "one" and not _pronoun_one(before, after))
+        anywhere = (
+            (word == "that" and _relative_that(before, after, query[end:]))
+            or (word == "one" and (after == "of" or before == "number"))
             or (word == "this" and after in _EN_THIS_TIME)
-            or (word == "same" and _content_words([after]) == 1)  # the same team as …
-            # A thing the question itself has named already ("… make vegan ice cream and
-            # share it with …"): two content words before it, not a follow-up's "Does it …".
-            or (word in _EN_THING_WORDS and _content_words(w for w, _, _ in words[:i]) >= 2)
         )
-        if dummy:
+        in_named = (
+            named
+            and (
+                (word == "it" and after in _EN_DUMMY_IT_NEXT)
+                or (word == "it" and before in ("is", "was") and after in _EN_DUMMY_IT_STATE)
+                or (word == "it" and after in ("is", "was") and after2 in _EN_DUMMY_IT_STATE)
+                or (word == "it" and before in ("is", "was") and after == "like")  # what is it like
+                or (word == "it" and after in ("is", "was") and after2 == "like")  # say it was like
+                or (word == "there" and (before in _EN_THERE_BE or after in _EN_THERE_BE))
+                or (word == "there" and after == "be")  # will there be
+                or (word == "same" and _content_words([after]) == 1)  # the same team as …
+                or (word in _EN_THING_WORDS and _content_words(w for w, _, _ in words[:i]) >= 2)
+            )
+        )
+        if anywhere or in_named:
             out.append((start, end))
     return out
 
 
+def _names_someone(query: str) -> bool:
+    """Whether the question names a person or a thing itself: a capitalised word after
+    its first (not "I", a weekday or a month)."""
+    for n, m in enumerate(_WORD.finditer(query)):
+        word = m.group(0)
+        bare = word.lower().split("'")[0]
+        if n == 0 or not word[:1].isupper() or bare in ("i", "") or bare in _EN_CALENDAR:
+            continue
+        if bare not in ENGLISH_STOPWORDS:
+            return True
+    return False
+
+
 _EN_THING_WORDS = frozenset({"it", "its", "they", "them", "their"})
-# Before "one" standing for a thing named earlier ("which one", "the cheaper one").
-_EN_BEFORE_ONE = frozenset(
-    """
-    which that this the other another same first second third last next new old each big
-    small cheap cheaper bigger smaller better newer older nicer larger closer cheapest
-    biggest smallest best newest oldest nicest largest closest latest
-    """.split()  # noqa: SIM905
-)
-
-
-def _pronoun_one(before: str, after: str) -> bool:
-    """ "one" standing for something named before ("which one?", "the cheaper one"), not
-    a number ("number one goal", "one of", "one day")."""
-    if after in _EN_CLAUSE_OPENERS:
-        return False  # "the one he shared": named by the clause that follows
-    return before in _EN_BEFORE_ONE or after == ""
 
 
 def _content_words(words: Iterable[str]) -> int:
@@ -241,21 +238,14 @@ _EN_BEFORE_RELATIVE = _EN_THIS_TIME | frozenset(
 
 def _relative_that(before: str, after: str, rest: str) -> bool:
     """A "that" that opens a clause ("the shoes that Melanie got", "something that …",
-    "mention that she …"), not a demonstrative ("about that", "is that open?"): not first
-    or last, and after a noun (not a function word or a verb) or before a pronoun or a
-    name."""
+    "mention that she …"), not a demonstrative ("about that", "cancel that order"): not
+    first or last, and before a pronoun or a name, or after an indefinite or a time."""
     if not (before and after):
         return False
     if after in _EN_CLAUSE_OPENERS or before in _EN_BEFORE_RELATIVE:
         return True
-    if re.match(r"\s+[A-Z][a-z]", rest):  # a name opens the clause: "a book that Tim …"
-        return True
-    return (
-        before not in ENGLISH_STOPWORDS
-        and before not in _EN_NOT_SUBJECT
-        and before not in _EN_BEFORE_THAT
-        and not before.endswith(("ed", "'s"))
-    )
+    # A name opens the clause: "a book that Tim …" ("Can I cancel that order?" is no clause).
+    return re.match(r"\s+[A-Z][a-z]", rest) is not None
 
 
 def _blank(query: str, spans: Sequence[tuple[int, int]]) -> str:
@@ -272,8 +262,8 @@ def needs_context(query: str) -> bool:
     (`bound_pronouns`), and words that refer to nothing ("how long did it take")."""
     ellipsis = _EN_ELLIPSIS.search(query)
     # "how many nights again?" leans on the turns; "Why did John run for office again?"
-    # does not: a closing "again" counts in a short question only.
-    if ellipsis and (ellipsis.group(1) or len(_WORD.findall(query)) <= 6):
+    # does not: a closing "again" counts unless the question names someone.
+    if ellipsis and (ellipsis.group(1) or not _names_someone(query)):
         return True
     if _ZH_ELLIPSIS.search(query):
         return True
@@ -289,7 +279,7 @@ def bound_pronouns(query: str) -> str:
     friends?" or "小王说他什么时候到？" it is that person, not someone of the recent turns.
     A person: an English name (`_terms_of`' capitalised words), a Chinese one (jieba's
     `nr`), or a relative the query names ("my sister", 我妈妈). An English object (him,
-    them, an object her) stays, it is someone else, unless the query names two people.
+    them, an object her) stays: it is someone else ("Should I ask Tom to pick her up?").
     English words that refer to nothing (`_not_referring`) are blanked too. Gender and
     number are not checked."""
     if _CJK.search(query):
@@ -304,22 +294,15 @@ def bound_pronouns(query: str) -> str:
         names = [t for t, weight in _terms_of(query) if weight > 1]
         found = [m.start() for n in names for m in re.finditer(rf"\b{re.escape(n)}\b", query)]
         found += [m.start() for m in _EN_RELATIVE.finditer(query)]
-        # Two people named: an object is one of them too ("What did Nate give Joanna that
-        # made her smile?"), not someone of the turns.
-        # So in a long question that names someone ("What does John write on the board to
-        # help him stay motivated?"): a follow-up that means someone else is short ("Did
-        # Tom tell her?").
-        long_named = bool(names) and len(_WORD.findall(query)) >= _LONG_QUESTION_WORDS
-        pattern = _EN_BINDABLE_ALL if len(set(names)) >= 2 or long_named else _EN_BINDABLE
+        pattern = _EN_BINDABLE
         query = _blank(query, _not_referring(query))
     if not found:
         return query
     first = min(found)
-    objects_too = pattern is _EN_BINDABLE_ALL
 
     def bound(m: re.Match[str]) -> str:
         word = m.group(0).lower()
-        if not objects_too and word == "her" and _object(m):
+        if word == "her" and _object(m):
             return m.group(0)  # an object is someone else: "Did Tom tell her?"
         if m.start() < first and word not in _EN_POSSESSIVE:
             # A subject before the name is someone else ("Did she tell Tom?"); a
@@ -523,10 +506,10 @@ def _person_like(term: str, turns: Sequence[Turn]) -> bool:
             for t in turns[-RECENT_TURNS:]
             for word, tag in _pos_cut(t.content)
         )
-    # A place is no one a "him" stands for: known as one, or named after in/at/to/from.
+    # A place is no one a "him" stands for: known as one, or named after in/at/near.
     if any(n.name == term and n.kind in ("place", "organisation") for n in recent_entities(turns)):
         return False
-    place = re.compile(rf"\b(?:in|at|to|from|near)\s+{re.escape(term)}\b")
+    place = re.compile(rf"\b(?:in|at|near)\s+{re.escape(term)}\b")
     if any(place.search(t.content) for t in turns[-RECENT_TURNS:]):
         return False
     # Capitalised inside a sentence somewhere, or opening one as its subject ("Maria lands
@@ -551,10 +534,6 @@ _EN_THING = re.compile(r"\b([Ii]ts?)\b")  # not "IT", the acronym
 # someone else.
 _EN_BINDABLE = re.compile(r"\b(she|he|her|his|hers|they|their|theirs)\b", re.IGNORECASE)
 _EN_POSSESSIVE = frozenset({"his", "her", "their"})
-_LONG_QUESTION_WORDS = 8
-_EN_BINDABLE_ALL = re.compile(
-    r"\b(she|he|her|his|hers|him|they|their|theirs|them)\b", re.IGNORECASE
-)
 _ZH_PERSON = re.compile(r"[她他](?![们])")
 _ZH_PLACE = re.compile(r"那里|那儿|那边|这里|这儿|这边")
 _ZH_THING = re.compile(r"它(?![们])|这个|那个")
