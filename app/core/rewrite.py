@@ -179,6 +179,7 @@ def _not_referring(query: str) -> list[tuple[int, int]]:
         after2 = words[i + 2][0] if i + 2 < len(words) else ""
         anywhere = (
             (word == "that" and _relative_that(before, after, query[end:]))
+            or (word == "it" and after == "time")  # "is it time for his shots?"
             or (word == "one" and (after == "of" or before == "number"))
             or (word == "this" and after in _EN_THIS_TIME)
         )
@@ -491,7 +492,8 @@ def _zh_name_shaped(word: str) -> bool:
 _EN_OPENERS = frozenset(
     """
     talk see take let have keep stay hope catch good great thanks thank bye enjoy congrats
-    wow yes yeah yea sure anytime together cheers sounds glad sorry love tell totally
+    congratulations wow yes yeah yea sure anytime together cheers sounds glad sorry love
+    tell totally
     """.split()  # noqa: SIM905
 )
 
@@ -591,7 +593,8 @@ def resolve_reference(query: str, turns: Sequence[Turn]) -> tuple[str, str] | No
     """(the query with its pronoun replaced by the entity it refers to, that entity), or
     None: she/he/她/他 the newest person the turns name, there/那里 the newest place, it/它/
     这个 the newest entity that is neither (a pet, a hotel, a company)."""
-    named = recent_entities(turns)
+    # A word that opens a turn ("Congratulations!") is nobody a pronoun stands for.
+    named = [n for n in recent_entities(turns) if n.name.lower() not in _EN_OPENERS]
     if not named:
         return None
     # An entity named in the query's own script first: an English question refers back to
@@ -622,8 +625,10 @@ def resolve_reference(query: str, turns: Sequence[Turn]) -> tuple[str, str] | No
             continue
         word = match.group(0).lower()
         name = target.name
-        if english and word in ("his", "hers", "its"):
-            replacement = f"{name}'s"
+        if english and word == "there" and _existential(unbound, match):
+            continue  # "Is there parking?": no place to put a name in; the terms follow
+        if english and (word in ("his", "hers", "its") or (word == "her" and not _object(match))):
+            replacement = f"{name}'s"  # "her flight" is Maria's flight
         elif english and word == "there":
             replacement = (
                 f"in {name}" if not re.search(r"\b(?:in|at|to)\s+there\b", query) else name
@@ -632,6 +637,15 @@ def resolve_reference(query: str, turns: Sequence[Turn]) -> tuple[str, str] | No
             replacement = name
         return query[: match.start()] + replacement + query[match.end() :], name
     return None
+
+
+def _existential(query: str, match: re.Match[str]) -> bool:
+    """Whether a matched "there" is the existential one ("Is there …", "there are …")."""
+    before = re.search(r"(\S+)\s+$", query[: match.start()])
+    after = re.match(r"\s+(\S+)", query[match.end() :])
+    return (before is not None and before.group(1).lower() in _EN_THERE_BE) or (
+        after is not None and after.group(1).lower() in _EN_THERE_BE
+    )
 
 
 def full_names(query: str, turns: Sequence[Turn]) -> tuple[str, list[str]]:

@@ -173,6 +173,41 @@ def test_someone_a_message_went_to_or_came_from_is_a_person() -> None:
     assert heuristic_rewrite("What did he want?", turns).rewritten.startswith("What did Tom want?")
 
 
+@pytest.mark.parametrize(
+    ("turns", "query", "expected"),
+    [
+        # A possessive "her" is the person's: "Maria's flight", not "Maria flight".
+        (
+            ["My sister Maria is visiting next week.", "That sounds lovely!"],
+            "What is her flight number again?",
+            "What is Maria's flight number again?",
+        ),
+        # An existential "there" has no place for a name; the turns' terms follow instead.
+        (
+            ["We booked Hotel Artemide on Via Nazionale in Rome.", "Great choice!"],
+            "Is there parking?",
+            "Is there parking? ",
+        ),
+        # "Is it time …" is no reference; "his" is.
+        (
+            ["Our puppy Biscuit is twelve weeks old now.", "So cute!"],
+            "Is it time for his vaccines?",
+            "Is it time for Biscuit's vaccines?",
+        ),
+    ],
+)
+def test_a_reference_is_replaced_only_where_a_name_fits(
+    turns: list[str], query: str, expected: str
+) -> None:
+    history = [Turn("user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(turns)]
+    assert heuristic_rewrite(query, history).rewritten.startswith(expected)
+
+
+def test_a_word_opening_a_reply_is_no_one_a_pronoun_stands_for() -> None:
+    turns = [Turn("user", "My parents just moved."), Turn("assistant", "Congratulations!")]
+    assert "Congratulations" not in heuristic_rewrite("When can I visit them?", turns).rewritten
+
+
 def test_expansion_takes_the_users_subject_not_the_assistants_filler() -> None:
     turns = [
         Turn("user", "I broke my phone screen yesterday."),
