@@ -14,6 +14,7 @@ Failures come back as tool errors whose text is the problem as JSON (`code`, `st
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -172,9 +173,17 @@ async def _answer(call: Callable[[], Awaitable[T]]) -> T:
 
 def build_server() -> MCPServer[Any]:
     """The tools, on whatever services and caller `bind` (or the HTTP endpoint) set."""
+    # The SDK's constructor sets up the root logger (`logging.basicConfig` with a Rich
+    # handler) when it has no handler yet: every line of the api was then written twice,
+    # once as our JSON, once by Rich, which cost ~8% of a recall's server CPU (py-spy).
+    # Logging is the application's to set up (`app.logs.configure`): it is put back.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server: MCPServer[Any] = MCPServer(
         name="strata", title="Strata memory", instructions=INSTRUCTIONS, version="0.1.0"
     )
+    root.handlers = handlers
+    root.setLevel(level)
     # In this order: clients list the tools as registered.
     _memory_tools(server)
     _session_tools(server)

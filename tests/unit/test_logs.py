@@ -73,3 +73,21 @@ def test_the_configured_level_applies_to_uvicorns_access_log() -> None:
         root.handlers = saved[1]
         access.setLevel(saved[2])
         access.handlers, access.propagate = saved[3], saved[4]
+
+
+def test_building_the_mcp_server_leaves_the_root_logger_as_it_was() -> None:
+    # The SDK's constructor calls logging.basicConfig, which acts only on a root logger
+    # without handlers: as the api's is when create_app builds the MCP endpoint.
+    from app.mcp import build_server
+
+    root = logging.getLogger()
+    kept, level = list(root.handlers), root.level
+    root.handlers = []
+    root.setLevel(logging.WARNING)
+    try:
+        build_server()
+        assert root.handlers == []
+        assert root.level == logging.WARNING
+    finally:
+        root.handlers = kept
+        root.setLevel(level)
