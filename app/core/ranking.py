@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.core import terms
+from app.core.memo import text_memo
 
 K = TypeVar("K", bound=Hashable)
 Floats = NDArray[np.float64]
@@ -380,6 +381,7 @@ _CAPITALISED = re.compile(r"(?<![\w'])[A-Z][\w'-]*")
 _EXCLAIMS = frozenset(terms.tokenize("哇 天哪 太棒了 真棒 厉害 gotcha yay whoa omg"))
 
 
+@text_memo(4 << 20)
 def only_asks(text: str) -> bool:
     """A turn that asks and states nothing: each clause is a question, or an exclamation of
     reaction words and the names it addresses ("Wow, Evan! What made you pick it?",
@@ -388,7 +390,10 @@ def only_asks(text: str) -> bool:
     the turn a statement. Past the best few, a turn that only asks is seldom what a later
     question needs: on LoCoMo (208 of its 5,882 turns only ask), 3 of the 19,615 such turns
     recall ranked 11–200 for its questions were evidence, against 765 of 356,965 others, so
-    the context shows them last (`app.services.context.statements_first`)."""
+    the context shows them last (`app.services.context.statements_first`). Memoised: the
+    same memories come back call after call, and their clauses' terms are the cost."""
+    if "?" not in text and "？" not in text:
+        return False
     asks = False
     for clause in _CLAUSE.findall(text):
         if "?" in clause or "？" in clause:
