@@ -20,7 +20,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.core import terms
-from app.core.memo import text_memo
 
 K = TypeVar("K", bound=Hashable)
 Floats = NDArray[np.float64]
@@ -371,44 +370,6 @@ def filler(role: str | None, text: str, max_terms: int = 3) -> bool:
     if role == "assistant":
         return len(words) <= max_terms
     return all(w in _REACTIONS for w in words)
-
-
-# A clause and what ends it (a sentence's end, a comma, an attachment's closing bracket); the
-# text after the last one is a clause too.
-_CLAUSE = re.compile(r"[^.!?。！？…,，;；\]]+[.!?。！？…,，;；\]]*")
-_CAPITALISED = re.compile(r"(?<![\w'])[A-Z][\w'-]*")
-# Exclamations `only_asks` also lets pass beside `_REACTIONS`, which `filler` keeps as it is.
-_EXCLAIMS = frozenset(terms.tokenize("哇 天哪 太棒了 真棒 厉害 gotcha yay whoa omg"))
-
-
-@text_memo(4 << 20)
-def only_asks(text: str) -> bool:
-    """A turn that asks and states nothing: each clause is a question, or an exclamation of
-    reaction words and the names it addresses ("Wow, Evan! What made you pick it?",
-    "Cool! Are you using different colors?", 哇！那里冷吗？). A clause that says anything
-    else ("I moved, do you like it?", 我搬到里斯本了，你喜欢吗？, a photo's caption) makes
-    the turn a statement. Past the best few, a turn that only asks is seldom what a later
-    question needs: on LoCoMo (208 of its 5,882 turns only ask), 3 of the 19,615 such turns
-    recall ranked 11–200 for its questions were evidence, against 765 of 356,965 others, so
-    the context shows them last (`app.services.context.statements_first`). Memoised: the
-    same memories come back call after call, and their clauses' terms are the cost."""
-    if "?" not in text and "？" not in text:
-        return False
-    asks = False
-    for clause in _CLAUSE.findall(text):
-        if "?" in clause or "？" in clause:
-            asks = True
-            continue
-        # The names it addresses: capitalised, and not opening it unless alone ("Evan!").
-        words = clause.split()
-        called = _CAPITALISED.findall(" ".join(words[1:]) if len(words) > 1 else clause)
-        names = {t for w in called if w not in _NOT_NAMES for t in terms.tokenize(w)}
-        if any(
-            w not in _REACTIONS and w not in _EXCLAIMS and w not in names
-            for w in terms.tokenize(clause)
-        ):
-            return False
-    return asks
 
 
 def penalty_factor_many(

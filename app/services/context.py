@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import packing, ranking
+from app.core import packing
 from app.core.relevance import DEFAULT_MIN_RELEVANCE
 from app.core.rewrite import Turn
 from app.core.tokens import TokenCounter
@@ -277,28 +277,6 @@ def speaker_first(
             seen.add(r.id)
             first.append(r)
     return [*memories[:head], *first, *(r for r in rest if memory_speaker(r) not in named)]
-
-
-def statements_first(
-    memories: Sequence[RecallResult], head: int = CONTEXT_SPEAKER_HEAD
-) -> list[RecallResult]:
-    """The first `head` as they are; after them, the memories that state something before
-    those that only ask (`ranking.only_asks`: "Wow, Evan! What made you pick it?"), each
-    part in its order. A question rarely holds what a later question needs, and deep in the
-    list it took a place a statement could have had (bench/README.md, issue 40: "Evidence
-    in one context call")."""
-    rest = memories[head:]
-    asks = [ranking.only_asks(memory_text(r)) for r in rest]
-    return [
-        *memories[:head],
-        *(r for r, a in zip(rest, asks, strict=True) if not a),
-        *(r for r, a in zip(rest, asks, strict=True) if a),
-    ]
-
-
-def memory_text(r: RecallResult) -> str:
-    """What a memory says, without the speaker a promoted turn opens with."""
-    return r.content.partition(": ")[2] if memory_speaker(r) is not None else r.content
 
 
 def section_names() -> list[str]:
@@ -581,7 +559,7 @@ class ContextService:
         finally:
             if ahead is not None:
                 ahead.drop()
-        memories = statements_first(speaker_first(memories, asked, theirs=theirs.results))
+        memories = speaker_first(memories, asked, theirs=theirs.results)
         return _Recalled(
             memories, search.rewritten_query, search.llm_usage, search.used | theirs.used
         )

@@ -1,5 +1,5 @@
 """The order the context offers recalled memories in: recall's best first, then, past them,
-what someone the question names said, and what only asks last (issue 40)."""
+what someone the question names said (issue 40)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from app.services.context import (
     memory_speaker,
     names_speaker,
     speaker_first,
-    statements_first,
     without_names,
 )
 from app.services.search import Found, SearchSpec
@@ -163,15 +162,3 @@ def test_no_early_search_when_the_question_names_none_of_the_talk() -> None:
     assert _Ahead.start(searches, spec, "What did I bake?", {"user", "Joanna"}) is None  # type: ignore[arg-type]
     assert _Ahead.start(searches, spec, "Joanna?", {"Joanna"}) is None  # type: ignore[arg-type]
     assert searches.began == []
-
-
-def test_past_the_head_memories_that_only_ask_come_last_in_their_order() -> None:
-    asks = [memory("Ben: Wow, Joanna! What made you pick it?"), memory("Ben: 哇！那里冷吗？")]
-    says = [memory(f"Joanna: I picked tart number {i}.") for i in range(3)]
-    ranked = [asks[0], says[0], asks[1], says[1], says[2]]
-    assert statements_first(ranked, head=1) == [asks[0], says[0], says[1], says[2], asks[1]]
-    # Within the head, recall's order stands.
-    assert statements_first(ranked, head=5) == ranked
-    # The speaker a turn opens with is not read as part of what it says.
-    hmm = memory("Joanna: Hmm, really?")
-    assert statements_first([hmm, says[0]], head=0) == [says[0], hmm]

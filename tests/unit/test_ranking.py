@@ -366,27 +366,3 @@ def test_an_update_said_in_everyday_words_states_a_change() -> None:
     assert [t for t in updates if not ranking.states_change(t)] == []
     assert not ranking.states_change("my gym membership is 45 a month")
     assert not ranking.states_change("我的手机号是138 0000 1234")
-
-
-def test_only_asks_is_a_turn_of_questions_and_exclamations() -> None:
-    asking = [
-        "Wow, Evan! What made you pick it?",
-        "Cool! Are you using different colors?",
-        "Hey John! What new has happened in your life?",
-        "Wow John, joining the fire brigade? That's great! How's it been so far?",
-        "Evan! Where are you?",
-        "哇！那里冷吗？",
-        "好的！你住在哪里？",
-    ]
-    stating = [
-        "I moved! Do you like Lisbon?",
-        "Moved to Lisbon, any tips?",  # an opening capital is no name it addresses
-        "Thanks, Caroline! I ran 5k. How about you?",
-        "It would be cool to go somewhere together next year, don't you think?",
-        "Nice. [shares a photo: a dog on a couch] What do you think?",
-        "我搬到里斯本了，你喜欢吗？",
-        "Great",  # no question at all
-        "I moved to Lisbon.",
-    ]
-    assert [t for t in asking if not ranking.only_asks(t)] == []
-    assert [t for t in stating if ranking.only_asks(t)] == []
