@@ -54,7 +54,7 @@ from app.services.reindex import Reindexer
 from app.services.reinforcing import Reinforcer
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
-from app.services.search import MinRelevance, NewerFactsFirst, ScoreConfig
+from app.services.search import HeldTurnsLast, MinRelevance, NewerFactsFirst, ScoreConfig
 from app.services.summaries import SummaryConfig, SummaryService
 from app.services.users import ErasureService, ExportService, UserSections
 from app.settings import Settings
@@ -243,7 +243,7 @@ def _recall(r: Resources, rewrite: RewriteService) -> RecallService:
         recall_config(r.settings),
         rewriter=rewrite.for_search,
         # docs/seams.md: newer statements of a change first, then the relevance floor.
-        stages=[NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
+        stages=[NewerFactsFirst(r.settings.change_similarity), HeldTurnsLast(), MinRelevance()],
         clock=r.clock,
         query_vectors=QueryVectors(r.embedder),
         max_access=max_access,

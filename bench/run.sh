@@ -7,7 +7,8 @@
 # SUITES picks what runs (default "latency locomo"): latency, locomo, bilingual (the
 # development set in bench/data/), longmemeval (LONGMEMEVAL=path/to/longmemeval_s*.json.xz),
 # userdata (export and erasure of a large user, docs/privacy.md; USERDATA_ARGS=...),
-# everyday (bench/data/everyday.json, then the held-out bench/data/bilingual_dev2.json; issue 40).
+# everyday (bench/data/everyday.json, then the held-out bench/data/bilingual_dev2.json, then
+# the short conversations of bench/data/conversations_{dev,heldout}.json; issue 40).
 #
 # Each benchmark gets its own server process on a free 127.0.0.1 port with a fresh temporary
 # data dir, so one benchmark's data and warm caches never colour the other's. Results (JSON, the
@@ -128,6 +129,14 @@ if [[ "$SUITES" == *" everyday "* ]]; then
         --out "$RESULTS/bilingual-dev2-$STAMP.json" |
         tee "$RESULTS/bilingual-dev2-$STAMP.txt" || status=1
     stop_server
+    for set in dev heldout; do
+        start_server "conversations-$set"
+        "$PY" bench/conversations.py --url "http://127.0.0.1:$PORT" \
+            --data "bench/data/conversations_$set.json" \
+            --out "$RESULTS/conversations-$set-$STAMP.json" |
+            tee "$RESULTS/conversations-$set-$STAMP.txt" || status=1
+        stop_server
+    done
 fi
 
 if [[ "$SUITES" == *" longmemeval "* ]]; then

@@ -43,7 +43,8 @@ _EN_ELLIPSIS = re.compile(
 )
 _ZH_PERSONAL = ("他们", "她们", "他", "她")
 _ZH_ANAPHORA = re.compile(r"[它他她这那此]")
-_ZH_ELLIPSIS = re.compile(r"(^\s*(那|那么|还有|另外)|呢\s*[？?]?\s*$)")
+# A closing 来着 asks again about something said before ("几号交来着？", "what day again?").
+_ZH_ELLIPSIS = re.compile(r"(^\s*(那|那么|还有|另外)|(?:呢|来着)\s*[？?]?\s*$)")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 # Common English verbs, adjectives, adverbs and time words: never the subject a follow-up
 # leaves out. (No English tagger ships offline; this list does the job of one, roughly.)
@@ -96,6 +97,9 @@ class Rewrite:
     method: Literal["llm", "heuristic", "none"]  # "llm" is the service's
     terms: tuple[str, ...] = ()
     usage: dict[str, int] | None = None  # the LLM's tokens, when one ran
+    # The seqs of the session's turns it read, when the service read them itself (recall's
+    # `session_id`): the caller holds those turns (`search.HeldTurnsLast`).
+    read: frozenset[int] = frozenset()
 
 
 @cache
@@ -340,7 +344,9 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
     for sentence in re.split(r"(?<=[.!?])\s+", text):
         alone = len(_WORD.findall(sentence)) == 1  # "Fun!", "Exciting!": no name
         for i, match in enumerate(_WORD.finditer(sentence)):
-            word = match.group(0).strip("'-")
+            # A possessive names its owner: "Jake's class" is about Jake, whom a later "he"
+            # stands for (as "he" became "Jake's" before).
+            word = re.sub(r"['’]s$", "", match.group(0)).strip("'-")
             lower = word.lower()
             if lower in ENGLISH_STOPWORDS or lower in _EN_ANAPHORA or len(word) < 3:
                 continue
@@ -445,10 +451,11 @@ def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
     terms = salient_terms(turns, exclude=query)
     reference = resolve_reference(query, turns)
     if reference is not None:
+        # The pronoun named, the question stands alone: the turns' other words would only
+        # pull the search towards those turns, which the caller has ("what is my sister
+        # studying again? home christmas" found "my sister is coming home for christmas").
         text, name = reference
-        rest = [t for t in terms if t.lower() not in text.lower()][:2]
-        rewritten = f"{text} {' '.join(rest)}".strip()
-        return Rewrite(asked, rewritten, True, "heuristic", (name, *rest))
+        return Rewrite(asked, text, True, "heuristic", (name,))
     if not terms:
         if full:
             return Rewrite(asked, query, True, "heuristic", tuple(full))
@@ -457,9 +464,7 @@ def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
     if names:
         resolved = _resolve_person(query, names[0])
         if resolved is not None:
-            rest = [t for t in terms if t != names[0]][:1]
-            rewritten = f"{resolved} {' '.join(rest)}".strip()
-            return Rewrite(asked, rewritten, True, "heuristic", (names[0], *rest))
+            return Rewrite(asked, resolved, True, "heuristic", (names[0],))
     rewritten = f"{query.rstrip()} {' '.join(terms)}"
     return Rewrite(asked, rewritten, True, "heuristic", tuple(terms))
 
@@ -519,7 +524,9 @@ def _person_like(term: str, turns: Sequence[Turn]) -> bool:
     # interjection or adverb there ("Bye, talk soon.", "Yea!", "Together we …") is no name.
     name = re.escape(term)
     inside = re.compile(rf"(?<![.!?]\s)(?<=\s){name}\b")
-    subject = re.compile(rf"(?:^|[.!?]\s+){name}\s+(?!(?:I|we|you|they|he|she|it)\b)[A-Za-z]")
+    subject = re.compile(
+        rf"(?:^|[.!?]\s+){name}(?:['’]s)?\s+(?!(?:I|we|you|they|he|she|it)\b)[A-Za-z]"
+    )
     if term.lower() in _EN_OPENERS:
         return False
     return term[:1].isupper() and any(

@@ -53,7 +53,9 @@ class RecallRequest(StrictModel):
         default=None,
         description="the conversation the question is asked in: its last turns feed "
         "`rewrite: auto` (a follow-up is made standalone from them); it does not narrow the "
-        "search, which covers all of the user's memories (`session_ids` narrows)",
+        "search, which covers all of the user's memories (`session_ids` narrows). After a "
+        "rewrite, the memories of the turns it read (which the caller holds) come after the "
+        "rest",
     )
     session_ids: list[Identifier] | None = Field(
         default=None,

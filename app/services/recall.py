@@ -114,7 +114,7 @@ class RecallService:
         """rewrite → retrieve → score → each of `stages` → the best `top_k`."""
         rewritten = await self.rewrite(spec)
         if rewritten is not None:
-            spec = dataclasses.replace(spec, query=rewritten.rewritten)
+            spec = dataclasses.replace(spec, query=rewritten.rewritten, held=rewritten.read)
         candidates = self.score(spec, await self.retrieve(spec))
         ranked = await run_stages(spec, candidates, self.stages)
         floor = max(spec.min_relevance, self.config.reinforce_min_relevance)

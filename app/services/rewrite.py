@@ -12,6 +12,7 @@ one is returned as asked, and costs no LLM call.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -28,6 +29,7 @@ from app.core.rewrite import (
     unknown_entities,
 )
 from app.providers.llm import LLM, LLMError
+from app.schemas.ingest import MessageOut
 from app.schemas.rewrite import RewriteRequest, RewriteResponse
 from app.services.ingest import IngestService
 from app.services.search import SearchSpec
@@ -80,14 +82,17 @@ class RewriteService:
         already) or the session's newest; without a session there is nothing to resolve."""
         if not needs_context(spec.query):
             return None
+        seqs: frozenset[int] = frozenset()
         if spec.turns is not None:
             turns = list(spec.turns)
         elif spec.session_id is not None:
-            turns = await self._turns(spec.tenant_id, spec.session_id, spec.user_id, spec.query)
+            read = await self._read(spec.tenant_id, spec.session_id, spec.user_id, spec.query)
+            turns = [Turn(m.role, m.content) for m in read]
+            seqs = frozenset(m.seq for m in read)
         else:
             return None
         result = await self.standalone(spec.query, turns)
-        return result if result.changed else None
+        return dataclasses.replace(result, read=seqs) if result.changed else None
 
     async def standalone(self, query: str, turns: Sequence[Turn]) -> Rewrite:
         """The LLM's rewrite when one is configured and its answer holds up, else the
@@ -138,11 +143,16 @@ class RewriteService:
         return heuristic_rewrite(query, turns)
 
     async def _turns(self, tenant_id: str, session_id: str, user_id: str, query: str) -> list[Turn]:
+        read = await self._read(tenant_id, session_id, user_id, query)
+        return [Turn(m.role, m.content) for m in read]
+
+    async def _read(
+        self, tenant_id: str, session_id: str, user_id: str, query: str
+    ) -> list[MessageOut]:
         """The session's newest turns, without the query itself when it is the last one
         (context asks about the message the user just sent)."""
         session = await self.ingest.get_session(tenant_id, session_id, user_id)
         recent = await self.ingest.recent(tenant_id, session, REWRITE_TURNS + 1)
-        turns = [Turn(m.role, m.content) for m in recent]
-        if turns and turns[-1].role == "user" and turns[-1].content.strip() == query.strip():
-            turns = turns[:-1]
-        return turns[-REWRITE_TURNS:]
+        if recent and recent[-1].role == "user" and recent[-1].content.strip() == query.strip():
+            recent = recent[:-1]
+        return recent[-REWRITE_TURNS:]

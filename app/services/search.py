@@ -62,6 +62,9 @@ class SearchSpec:
     # The conversation a rewrite reads, when the caller has it already (context); None: the
     # rewriter reads `session_id`'s newest turns itself.
     turns: tuple[Turn, ...] | None = None
+    # The seqs of `session_id`'s turns a rewrite read and built the query from: the caller
+    # holds them (`HeldTurnsLast`). Set by the search, not the caller.
+    held: frozenset[int] = frozenset()
 
     @classmethod
     def from_request(cls, tenant_id: str, body: RecallRequest) -> SearchSpec:
@@ -501,6 +504,36 @@ class NewerFactsFirst:
             return hits[k].id in known if known is not None else by_vectors(i, k)
 
         return [candidates[i] for i in ranking.promote_changes(items, similar)]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTurnsLast:
+    """After a rewrite from the conversation's latest turns (recall's `session_id`), the
+    memories of those turns go after the rest, each part in its order. The caller holds
+    them (they are the conversation it asks in: the in-context layer), and the rewritten
+    query carries their words, so they matched it first for that reason alone: "what is
+    she studying again?" became "… my sister …" and found "my sister is coming home for
+    christmas", the turn it was asked after (0.90), above "我妹妹在伦敦读研究生，学建筑"
+    (0.82). The price: a question about what those turns say finds them after the rest
+    (bench/README.md, "Follow-ups in a new conversation"). A memory with a source elsewhere
+    keeps its place; context passes the turns it shows and is not reordered here (it
+    shows a turn once, `memory_twins`)."""
+
+    async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
+        if not spec.held or spec.session_id is None:
+            return candidates
+        session, held = spec.session_id, spec.held
+
+        def holds(c: Candidate) -> bool:
+            sources = c.hit.payload.sources
+            return bool(sources) and all(
+                s.get("session_id") == session and s.get("seq") in held for s in sources
+            )
+
+        kept = [c for c in candidates if not holds(c)]
+        if len(kept) == len(candidates):
+            return candidates
+        return kept + [c for c in candidates if holds(c)]
 
 
 def states_change(payload: MemoryPayload) -> bool:

@@ -332,6 +332,34 @@ async def test_a_follow_up_in_a_new_session_finds_earlier_sessions(
     assert {s["session_id"] for r in narrowed for s in r["sources"]} == {now}
 
 
+async def test_a_follow_up_finds_the_answer_above_the_turns_it_was_asked_after(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """The conversation's latest turns fed the rewrite and the caller holds them: the answer
+    from an earlier session comes first, those turns after it (`HeldTurnsLast`). Asked
+    without the session (no rewrite), nothing is reordered."""
+    user, earlier, now = ids("user"), ids("earlier"), ids("now")
+    await post_messages(
+        running, earlier, user, [turn("My sister is doing a master's in architecture in London.")]
+    )
+    await post_messages(
+        running,
+        now,
+        user,
+        [
+            turn("my sister is coming home for christmas"),
+            turn("That's nice!", role="assistant"),
+        ],
+    )
+    found = await recall(running, user, "what is she studying again?", session_id=now)
+    assert found[0]["sources"][0]["session_id"] == earlier, found
+    assert any(r["sources"][0]["session_id"] == now for r in found)  # after it
+    # The rewritten question asked without the conversation: nothing is held, and the turn
+    # it was asked after, whose words it shares, ranks first.
+    plain = await recall(running, user, "what is my sister studying again?")
+    assert plain[0]["sources"][0]["session_id"] == now, plain
+
+
 async def test_min_relevance_drops_what_is_not_about_the_query(
     running: Running, ids: Callable[[str], str]
 ) -> None:

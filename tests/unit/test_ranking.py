@@ -366,3 +366,30 @@ def test_an_update_said_in_everyday_words_states_a_change() -> None:
     assert [t for t in updates if not ranking.states_change(t)] == []
     assert not ranking.states_change("my gym membership is 45 a month")
     assert not ranking.states_change("我的手机号是138 0000 1234")
+
+
+def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
+    """A postponed appointment, a raised budget, a lost habit: changes. "up to 3 people",
+    "pushed myself", "down to earth": not."""
+    updates = [
+        "ugh the salon called, they pushed it to sunday 3pm",
+        "they pushed the meeting back a week",
+        "we had to bump the renovation budget to 32k",
+        "down to 77 kg!!",
+        "rent went up to $2400",
+        "I don't eat meat anymore",
+        "I swapped my gym membership for a climbing gym",
+        "会议挪到周五了",
+        "体检改期到下个月",
+        "我已经不喝咖啡了",
+    ]
+    assert [t for t in updates if not ranking.states_change(t)] == []
+    others = [
+        "I pushed myself really hard at the gym",
+        "it's up to you",
+        "up to 3 people can come",
+        "that comes down to taste",
+        "the kids are down to earth",
+        "I love it more than anything",
+    ]
+    assert [t for t in others if ranking.states_change(t)] == []

@@ -477,3 +477,36 @@ def test_an_acronym_is_not_a_pronoun_and_a_name_binds_their() -> None:
     assert needs_context("Is it broken?")
     assert not needs_context("Who fixed the IT system?")
     assert heuristic_rewrite("Is it hungry?", turns).rewritten.startswith("Is Luna hungry?")
+
+
+def test_a_resolved_pronoun_leaves_the_question_standing_alone() -> None:
+    """With the pronoun named, the turns' other words are not appended: they only pulled the
+    search towards the turns the question was asked after ("… studying again? home christmas"
+    found "my sister is coming home for christmas", not what she studies)."""
+    u, a = "user", "assistant"
+    sister = [Turn(u, "my sister is coming home for christmas"), Turn(a, "That's nice!")]
+    r = heuristic_rewrite("what is she studying again?", sister)
+    assert r.rewritten == "what is my sister studying again?"
+    dad = [Turn(u, "周末要回老家看我爸"), Turn(a, "路上小心")]
+    assert heuristic_rewrite("他有什么病来着？", dad).rewritten == "爸有什么病来着？"
+
+
+def test_a_possessive_names_its_owner() -> None:
+    """ "Jake's class" is about Jake: "he" becomes Jake, not "Jake's"."""
+    turns = [
+        Turn("user", "Jake's class is having a bake sale friday"),
+        Turn("assistant", "Fun! Are you baking something?"),
+    ]
+    assert heuristic_rewrite("what can't he eat again?", turns).rewritten == (
+        "what can't Jake eat again?"
+    )
+
+
+def test_a_closing_laizhe_asks_about_the_topic_of_the_last_turns() -> None:
+    """来着 at the end asks again about something said before, as a closing "again" does."""
+    turns = [Turn("user", "房租又快到期了"), Turn("assistant", "需要我提醒你吗？")]
+    assert needs_context("几号交来着？")
+    r = heuristic_rewrite("几号交来着？", turns)
+    assert r.changed
+    assert "房租" in r.rewritten
+    assert not needs_context("我来着急了")  # 来着 inside a word run, not closing

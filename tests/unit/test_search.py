@@ -21,6 +21,7 @@ from app.core import ranking, relevance, scoring, terms
 from app.schemas.recall import RecallRequest
 from app.services.search import (
     Candidate,
+    HeldTurnsLast,
     MinRelevance,
     NewerFactsFirst,
     Pool,
@@ -334,6 +335,38 @@ async def test_a_newer_change_goes_above_the_older_statement() -> None:
     assert [c.hit.id.int for c in await stage(window, pool)] == [1, 3, 2]  # a period: as ranked
     named = spec(query="When was the move in October 2026?")  # a period named in the query
     assert [c.hit.id.int for c in await stage(named, pool)] == [1, 3, 2]
+
+
+async def test_the_turns_a_rewrite_read_go_after_the_rest_each_part_in_its_order() -> None:
+    def turn(n: int, session: str, seq: int) -> Candidate:
+        source = {"session_id": session, "message_id": f"m{seq}", "seq": seq}
+        return Candidate(hit(n, sources=[source]), 0.5, 1.0, 0.5, 1.0 - n / 10)
+
+    echo = turn(1, "now", 7)  # the turn the question was asked after
+    answer = turn(2, "earlier", 7)  # the same seq in another session: not held
+    older = turn(3, "now", 2)  # the same session, before the turns the rewrite read
+    fact = Candidate(hit(4, sources=[]), 0.5, 1.0, 0.5, 0.5)  # written as such: no source
+    both = Candidate(
+        hit(
+            5,
+            sources=[
+                {"session_id": "now", "message_id": "m8", "seq": 8},
+                {"session_id": "earlier", "message_id": "m1", "seq": 1},
+            ],
+        ),
+        0.5,
+        1.0,
+        0.5,
+        0.4,
+    )
+    held_too = turn(6, "now", 8)
+    pool = [echo, answer, older, fact, both, held_too]
+    stage = HeldTurnsLast()
+    asked = spec(session_id="now", held=frozenset({7, 8}))
+    assert [c.hit.id.int for c in await stage(asked, pool)] == [2, 3, 4, 5, 1, 6]
+    # Not rewritten (nothing held), or no session: as ranked.
+    assert await stage(spec(session_id="now"), pool) == pool
+    assert await stage(spec(held=frozenset({7, 8})), pool) == pool
 
 
 async def test_stages_run_in_order_over_the_pool_then_top_k() -> None:
