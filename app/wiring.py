@@ -243,7 +243,9 @@ def _recall(r: Resources, rewrite: RewriteService) -> RecallService:
         recall_config(r.settings),
         rewriter=rewrite.for_search,
         # docs/seams.md: newer statements of a change first, then the relevance floor.
-        stages=[NewerFactsFirst(r.settings.change_similarity), HeldTurnsLast(), MinRelevance()],
+        # The held turns first: a correction among them is then put back above what it
+        # replaces (`NewerFactsFirst`).
+        stages=[HeldTurnsLast(), NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
         clock=r.clock,
         query_vectors=QueryVectors(r.embedder),
         max_access=max_access,

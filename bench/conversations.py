@@ -7,14 +7,16 @@ own, then asks `POST /v1/recall` (`top_k` 10, no reinforcement), with `session_i
 case is asked in one of its sessions. A case's answer is found at the first result with
 that turn among its `sources` (the turn itself, or a fact promoted from it).
 
-    python bench/conversations.py --url URL [--data bench/data/conversations_heldout.json]
+    python bench/conversations.py --url URL [--data bench/data/conversations_fresh.json]
         [--prefix P] [--min-relevance X] [--out PATH]
 
 Printed per kind and language: hit@1 / hit@3; for updates, how often the newer statement
 ranks above the older one; for never-mentioned questions, how often nothing comes back.
-Two sets: `conversations_dev.json` (80 cases; its failures were read while changing the
-code) and `conversations_heldout.json` (71 cases, written by someone else and run only to
-measure). Use a new `--prefix` for each run on the same data dir.
+Three sets, each written by someone who saw neither the code's rules nor the other sets:
+`conversations_dev.json` (80; its failures were read while changing the code),
+`conversations_heldout.json` (71; measured, then its failures read once) and
+`conversations_fresh.json` (60; measured once for bench/README.md). Use a new `--prefix`
+for each run on the same data dir.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--api-key", default=None)
-    parser.add_argument("--data", type=Path, default=DATA / "conversations_heldout.json")
+    parser.add_argument("--data", type=Path, default=DATA / "conversations_fresh.json")
     parser.add_argument("--prefix", default="conv" + time.strftime("%H%M%S"))
     parser.add_argument("--min-relevance", type=float, default=None, help="default: the server's")
     parser.add_argument("--timeout", type=float, default=120.0)

@@ -30,7 +30,7 @@ from functools import cache
 from typing import Any, Literal
 
 from app.core.memo import text_memo
-from app.core.terms import CHINESE_STOPWORDS, ENGLISH_STOPWORDS, segmenter
+from app.core.terms import CHINESE_STOPWORDS, ENGLISH_STOPWORDS, segmenter, tokenize
 
 # Personal pronouns a name can stand in for; the rest of the anaphora only expand.
 _EN_PERSONAL = frozenset({"he", "him", "his", "she", "her", "hers", "they", "them", "their"})
@@ -43,8 +43,17 @@ _EN_ELLIPSIS = re.compile(
 )
 _ZH_PERSONAL = ("他们", "她们", "他", "她")
 _ZH_ANAPHORA = re.compile(r"[它他她这那此]")
-# A closing 来着 asks again about something said before ("几号交来着？", "what day again?").
-_ZH_ELLIPSIS = re.compile(r"(^\s*(那|那么|还有|另外)|(?:呢|来着)\s*[？?]?\s*$)")
+_ZH_ELLIPSIS = re.compile(r"(^\s*(那|那么|还有|另外)|呢\s*[？?]?\s*$)")
+# A closing 来着 asks again about something said before ("几号交来着？", like a closing
+# "again"), unless the question says what it asks about itself (`_laizhe_leans`).
+_ZH_LAIZHE = re.compile(r"来着\s*[？?]?\s*$")
+# Question words: no help in telling what a question is about.
+_ZH_ASKING = frozenset(
+    """
+    几号 几点 几月 几月份 月份 几天 几岁 多少 多少钱 什么 什么时候 时候 哪里 哪儿 哪天 哪个
+    怎么 为什么 多久 谁
+    """.split()  # noqa: SIM905
+)
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 # Common English verbs, adjectives, adverbs and time words: never the subject a follow-up
 # leaves out. (No English tagger ships offline; this list does the job of one, roughly.)
@@ -270,12 +279,23 @@ def needs_context(query: str) -> bool:
     # does not: a closing "again" counts unless the question names someone.
     if ellipsis and (ellipsis.group(1) or not _names_someone(query)):
         return True
-    if _ZH_ELLIPSIS.search(query):
+    if _ZH_ELLIPSIS.search(query) or _laizhe_leans(query):
         return True
     referring = _blank(query, _not_referring(query))
     if any(w in _EN_ANAPHORA for w in _english_words(referring)):
         return True
     return bool(_ZH_ANAPHORA.search(query))
+
+
+def _laizhe_leans(query: str) -> bool:
+    """A closing 来着 leans on the turns when the question names fewer than two things of its
+    own ("几号交来着？", "我们约的几点来着"), not when it says what it asks about
+    ("我妈妈生日是几号来着？": 妈妈, 生日)."""
+    found = _ZH_LAIZHE.search(query)
+    if found is None:
+        return False
+    words = tokenize(query[: found.start()])
+    return sum(1 for w in words if len(w) >= 2 and w not in _ZH_ASKING) < 2
 
 
 def bound_pronouns(query: str) -> str:
@@ -346,7 +366,7 @@ def _terms_of(text: str) -> list[tuple[str, float]]:
         for i, match in enumerate(_WORD.finditer(sentence)):
             # A possessive names its owner: "Jake's class" is about Jake, whom a later "he"
             # stands for (as "he" became "Jake's" before).
-            word = re.sub(r"['’]s$", "", match.group(0)).strip("'-")
+            word = re.sub(r"'s$", "", match.group(0)).strip("'-")
             lower = word.lower()
             if lower in ENGLISH_STOPWORDS or lower in _EN_ANAPHORA or len(word) < 3:
                 continue
@@ -411,7 +431,8 @@ def _resolve_person(query: str, name: str) -> str | None:
     if match is None:
         return None
     pronoun = match.group(1).lower()
-    replacement = f"{name}'s" if pronoun in ("his", "their", "hers") else name
+    possessive = pronoun in ("his", "their", "hers") or (pronoun == "her" and not _object(match))
+    replacement = f"{name}'s" if possessive else name
     return query[: match.start()] + replacement + query[match.end() :]
 
 
@@ -455,7 +476,10 @@ def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
         # pull the search towards those turns, which the caller has ("what is my sister
         # studying again? home christmas" found "my sister is coming home for christmas").
         text, name = reference
-        return Rewrite(asked, text, True, "heuristic", (name,))
+        names = _other_names(terms, text)
+        return Rewrite(
+            asked, f"{text} {' '.join(names)}".strip(), True, "heuristic", (name, *names)
+        )
     if not terms:
         if full:
             return Rewrite(asked, query, True, "heuristic", tuple(full))
@@ -464,9 +488,20 @@ def heuristic_rewrite(query: str, turns: Sequence[Turn]) -> Rewrite:
     if names:
         resolved = _resolve_person(query, names[0])
         if resolved is not None:
-            return Rewrite(asked, resolved, True, "heuristic", (names[0],))
+            more = _other_names(terms, resolved)
+            rewritten = f"{resolved} {' '.join(more)}".strip()
+            return Rewrite(asked, rewritten, True, "heuristic", (names[0], *more))
     rewritten = f"{query.rstrip()} {' '.join(terms)}"
     return Rewrite(asked, rewritten, True, "heuristic", tuple(terms))
+
+
+def _other_names(terms: Sequence[str], text: str) -> list[str]:
+    """The turns' capitalised terms the resolved question lacks, at most two: the rest of a
+    name ("Trader" resolved, "Joe" kept). The turns' other words only pulled the search
+    towards the turns the question was asked after ("… my sister studying again? home
+    christmas" found "my sister is coming home for christmas")."""
+    lowered = text.lower()
+    return [t for t in terms if t[:1].isupper() and t.lower() not in lowered][:2]
 
 
 # The commonest Chinese surnames: a two-character word jieba's dictionary tags as a name
@@ -525,7 +560,7 @@ def _person_like(term: str, turns: Sequence[Turn]) -> bool:
     name = re.escape(term)
     inside = re.compile(rf"(?<![.!?]\s)(?<=\s){name}\b")
     subject = re.compile(
-        rf"(?:^|[.!?]\s+){name}(?:['’]s)?\s+(?!(?:I|we|you|they|he|she|it)\b)[A-Za-z]"
+        rf"(?:^|[.!?]\s+){name}(?:'s)?\s+(?!(?:I|we|you|they|he|she|it)\b)[A-Za-z]"
     )
     if term.lower() in _EN_OPENERS:
         return False
@@ -550,9 +585,10 @@ _ZH_THING = re.compile(r"它(?![们])|这个|那个")
 _ZH_CALLED = re.compile(r"(?:名叫|叫做|叫|名字是)([\u4e00-\u9fff]{2,4}?)(?=[，。！？,.!?\s]|$)")
 _EN_CALLED = re.compile(r"\b(?:named|called)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
 # A relative the user names by the relation alone: "my sister", 我妈妈.
+# "my sister's dog" names the dog, whom a "he" may stand for: not the relative.
 _EN_RELATIVE = re.compile(
     r"\bmy\s+(?:mom|mum|mother|dad|father|sister|brother|wife|husband|son|daughter|"
-    r"grandma|grandmother|grandpa|grandfather|aunt|uncle|boss|girlfriend|boyfriend)\b",
+    r"grandma|grandmother|grandpa|grandfather|aunt|uncle|boss|girlfriend|boyfriend)\b(?!')",
     re.IGNORECASE,
 )
 _ZH_RELATIVE = re.compile(

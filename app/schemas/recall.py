@@ -54,8 +54,8 @@ class RecallRequest(StrictModel):
         description="the conversation the question is asked in: its last turns feed "
         "`rewrite: auto` (a follow-up is made standalone from them); it does not narrow the "
         "search, which covers all of the user's memories (`session_ids` narrows). After a "
-        "rewrite, the memories of the turns it read (which the caller holds) come after the "
-        "rest",
+        "rewrite, the memories of the turns it read (which the caller holds) come below the "
+        "results from elsewhere that are confidently relevant (`scores.semantic` >= 0.25)",
     )
     session_ids: list[Identifier] | None = Field(
         default=None,

@@ -86,9 +86,12 @@ class RewriteService:
         if spec.turns is not None:
             turns = list(spec.turns)
         elif spec.session_id is not None:
-            read = await self._read(spec.tenant_id, spec.session_id, spec.user_id, spec.query)
+            read, asked = await self._read(
+                spec.tenant_id, spec.session_id, spec.user_id, spec.query
+            )
             turns = [Turn(m.role, m.content) for m in read]
-            seqs = frozenset(m.seq for m in read)
+            # The question's own turn, when it was stored first, is held too.
+            seqs = frozenset(m.seq for m in [*read, *asked])
         else:
             return None
         result = await self.standalone(spec.query, turns)
@@ -143,16 +146,17 @@ class RewriteService:
         return heuristic_rewrite(query, turns)
 
     async def _turns(self, tenant_id: str, session_id: str, user_id: str, query: str) -> list[Turn]:
-        read = await self._read(tenant_id, session_id, user_id, query)
+        read, _ = await self._read(tenant_id, session_id, user_id, query)
         return [Turn(m.role, m.content) for m in read]
 
     async def _read(
         self, tenant_id: str, session_id: str, user_id: str, query: str
-    ) -> list[MessageOut]:
+    ) -> tuple[list[MessageOut], list[MessageOut]]:
         """The session's newest turns, without the query itself when it is the last one
-        (context asks about the message the user just sent)."""
+        (context asks about the message the user just sent), and that turn when it was."""
         session = await self.ingest.get_session(tenant_id, session_id, user_id)
         recent = await self.ingest.recent(tenant_id, session, REWRITE_TURNS + 1)
+        asked: list[MessageOut] = []
         if recent and recent[-1].role == "user" and recent[-1].content.strip() == query.strip():
-            recent = recent[:-1]
-        return recent[-REWRITE_TURNS:]
+            recent, asked = recent[:-1], recent[-1:]
+        return recent[-REWRITE_TURNS:], asked

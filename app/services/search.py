@@ -509,19 +509,25 @@ class NewerFactsFirst:
 @dataclass(frozen=True, slots=True)
 class HeldTurnsLast:
     """After a rewrite from the conversation's latest turns (recall's `session_id`), the
-    memories of those turns go after the rest, each part in its order. The caller holds
-    them (they are the conversation it asks in: the in-context layer), and the rewritten
-    query carries their words, so they matched it first for that reason alone: "what is
-    she studying again?" became "… my sister …" and found "my sister is coming home for
-    christmas", the turn it was asked after (0.90), above "我妹妹在伦敦读研究生，学建筑"
-    (0.82). The price: a question about what those turns say finds them after the rest
-    (bench/README.md, "Follow-ups in a new conversation"). A memory with a source elsewhere
-    keeps its place; context passes the turns it shows and is not reordered here (it
-    shows a turn once, `memory_twins`)."""
+    memories of those turns go below every result from elsewhere that the service is
+    confident about (`scores.semantic` ≥ `confident`), each part in its order. The caller
+    holds those turns (they are the conversation it asks in: the in-context layer), and the
+    rewritten query carries their words, so they matched it first for that reason alone:
+    "what is she studying again?" became "… my sister …" and found "my sister is coming
+    home for christmas", the turn it was asked after (0.90), above "我妹妹在伦敦读研究生，学建筑"
+    (0.82). Below the confident level they keep their place: a question about what those
+    turns say is answered from them, not from weak matches elsewhere ("can you suggest a
+    podcast", 0.12, had gone first). A memory with a source elsewhere keeps its place;
+    context passes the turns it shows and is not reordered here (bench/README.md,
+    "Follow-ups in a new conversation")."""
+
+    confident: float = relevance.CONFIDENT_RELEVANCE
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if not spec.held or spec.session_id is None:
             return candidates
+        if spec.session_ids is not None and spec.session_id in spec.session_ids:
+            return candidates  # asked of the conversation itself
         session, held = spec.session_id, spec.held
 
         def holds(c: Candidate) -> bool:
@@ -530,10 +536,20 @@ class HeldTurnsLast:
                 s.get("session_id") == session and s.get("seq") in held for s in sources
             )
 
-        kept = [c for c in candidates if not holds(c)]
-        if len(kept) == len(candidates):
+        kept = [holds(c) for c in candidates]
+        # The last confident result from elsewhere: the held turns above it go just below it.
+        last = max(
+            (n for n, c in enumerate(candidates) if not kept[n] and c.semantic >= self.confident),
+            default=-1,
+        )
+        if last < 0 or not any(kept[:last]):
             return candidates
-        return kept + [c for c in candidates if holds(c)]
+        moved = [c for n, c in enumerate(candidates[:last]) if kept[n]]
+        return [
+            *(c for n, c in enumerate(candidates[: last + 1]) if not kept[n]),
+            *moved,
+            *candidates[last + 1 :],
+        ]
 
 
 def states_change(payload: MemoryPayload) -> bool:

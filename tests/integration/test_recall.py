@@ -354,10 +354,41 @@ async def test_a_follow_up_finds_the_answer_above_the_turns_it_was_asked_after(
     found = await recall(running, user, "what is she studying again?", session_id=now)
     assert found[0]["sources"][0]["session_id"] == earlier, found
     assert any(r["sources"][0]["session_id"] == now for r in found)  # after it
+    # The question stored as the conversation's next turn first, then asked: held too.
+    await post_messages(running, now, user, [turn("what is she studying again?")])
+    asked = await recall(running, user, "what is she studying again?", session_id=now)
+    assert asked[0]["sources"][0]["session_id"] == earlier, asked
+    # Asked of the conversation itself too (in `session_ids`), its turns keep their places.
+    itself = await recall(
+        running, user, "what is she studying again?", session_id=now, session_ids=[now, earlier]
+    )
+    assert itself[0]["sources"][0]["session_id"] == now, itself
     # The rewritten question asked without the conversation: nothing is held, and the turn
     # it was asked after, whose words it shares, ranks first.
     plain = await recall(running, user, "what is my sister studying again?")
     assert plain[0]["sources"][0]["session_id"] == now, plain
+
+
+async def test_a_correction_in_the_conversation_stays_above_what_it_replaces(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """The held turns go after the rest, and then a correction among them goes back above
+    the statement it replaces (`NewerFactsFirst` runs after `HeldTurnsLast`)."""
+    user, earlier, now = ids("user"), ids("earlier"), ids("now")
+    await post_messages(
+        running, earlier, user, [turn("My dentist appointment is on Tuesday at 3pm.")]
+    )
+    await post_messages(
+        running,
+        now,
+        user,
+        [
+            turn("The dentist called, they moved my appointment to Friday at 10am."),
+            turn("Got it, Friday at 10.", role="assistant"),
+        ],
+    )
+    found = await recall(running, user, "when is it again?", session_id=now)
+    assert "Friday at 10am" in found[0]["content"], found
 
 
 async def test_min_relevance_drops_what_is_not_about_the_query(

@@ -369,27 +369,36 @@ def test_an_update_said_in_everyday_words_states_a_change() -> None:
 
 
 def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
-    """A postponed appointment, a raised budget, a lost habit: changes. "up to 3 people",
-    "pushed myself", "down to earth": not."""
+    """A postponed appointment, a raised budget, a lost habit: changes. The same words in
+    other shapes ("a bump on my head", "pushed to main", "up to 3 people", 调到静音): not."""
     updates = [
         "ugh the salon called, they pushed it to sunday 3pm",
         "they pushed the meeting back a week",
         "we had to bump the renovation budget to 32k",
+        "they bumped my lisinopril up to 20mg",
         "down to 77 kg!!",
+        "I went down to 77kg after the diet",
         "rent went up to $2400",
         "I don't eat meat anymore",
         "I swapped my gym membership for a climbing gym",
         "会议挪到周五了",
         "体检改期到下个月",
-        "我已经不喝咖啡了",
     ]
     assert [t for t in updates if not ranking.states_change(t)] == []
     others = [
         "I pushed myself really hard at the gym",
+        "My manager pushed back on my proposal in the meeting.",
+        "I pushed to main before lunch, CI is green.",
+        "I pushed it to GitHub last night.",
+        "We gave each other a fist bump after the game.",
         "it's up to you",
         "up to 3 people can come",
-        "that comes down to taste",
+        "Parking is up to $20 a day near the office.",
+        "It all comes down to 2 options really.",
         "the kids are down to earth",
         "I love it more than anything",
+        "手机调到静音了吗？",
+        "已经不早了，我先睡了。",
+        "天气变成这样真烦人。",
     ]
     assert [t for t in others if ranking.states_change(t)] == []

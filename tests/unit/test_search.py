@@ -364,7 +364,17 @@ async def test_the_turns_a_rewrite_read_go_after_the_rest_each_part_in_its_order
     stage = HeldTurnsLast()
     asked = spec(session_id="now", held=frozenset({7, 8}))
     assert [c.hit.id.int for c in await stage(asked, pool)] == [2, 3, 4, 5, 1, 6]
-    # Not rewritten (nothing held), or no session: as ranked.
+    # Weak matches elsewhere (under the confident 0.25) do not pass a held turn: a question
+    # about what the conversation just said is answered from it.
+    junk = Candidate(hit(7, sources=[{"session_id": "x", "seq": 1}]), 0.12, 1.0, 0.5, 0.3)
+    weak = Candidate(hit(8, sources=[{"session_id": "x", "seq": 2}]), 0.2, 1.0, 0.5, 0.2)
+    assert await stage(asked, [echo, junk, weak]) == [echo, junk, weak]
+    # A confident answer below a weak match: the held turn goes just below the answer.
+    answer_low = dataclasses.replace(answer, semantic=0.8, score=0.25)
+    assert await stage(asked, [echo, junk, answer_low, weak]) == [junk, answer_low, echo, weak]
+    # Not rewritten (nothing held), no session, or asked of the conversation itself: as ranked.
+    itself = spec(session_id="now", held=frozenset({7, 8}), session_ids=("now", "earlier"))
+    assert await stage(itself, pool) == pool
     assert await stage(spec(session_id="now"), pool) == pool
     assert await stage(spec(held=frozenset({7, 8})), pool) == pool
 
