@@ -11,11 +11,14 @@ that turn among its `sources` (the turn itself, or a fact promoted from it).
         [--prefix P] [--min-relevance X] [--out PATH]
 
 Printed per kind and language: hit@1 / hit@3; for updates, how often the newer statement
-ranks above the older one; for never-mentioned questions, how often nothing comes back.
-Three sets, each written by someone who saw neither the code's rules nor the other sets:
+ranks above the older one it replaces (`older`); for two similar statements both still
+true (`both_true`), how often the one asked about ranks above the other; for
+never-mentioned questions, how often nothing comes back.
+Four sets, each written by someone who saw neither the code's rules nor the other sets:
 `conversations_dev.json` (80; its failures were read while changing the code),
-`conversations_heldout.json` (71; measured, then its failures read once) and
-`conversations_fresh.json` (60; measured once for bench/README.md). Use a new `--prefix`
+`conversations_heldout.json` (71; measured, then its failures read once),
+`conversations_fresh.json` (60; measured once for bench/README.md) and
+`conversations_updates.json` (50 updates and similar statements both still true). Use a new `--prefix`
 for each run on the same data dir.
 """
 
@@ -34,7 +37,7 @@ from typing import Any
 from benchlib import JSON, Api, machine_facts, print_machine, wait_ready, write_json
 
 DATA = Path(__file__).resolve().parent / "data"
-KINDS = ("paraphrase", "update", "followup", "same_session", "never_mentioned")
+KINDS = ("paraphrase", "update", "both_true", "followup", "same_session", "never_mentioned")
 LANGS = ("en", "zh", "cross", "all")
 
 
@@ -139,7 +142,7 @@ def summary(rows: list[JSON]) -> list[str]:
 
             newer = (
                 f"{sum(r['newer_above_older'] for r in g) / n:>11.2f}"
-                if kind == "update"
+                if kind in ("update", "both_true")
                 else " " * 11
             )
             lines.append(f"{kind:<16}{lang:<7}{n:>4}  {hit(1):.2f}   {hit(3):.2f}  {newer}")
