@@ -245,7 +245,11 @@ def _recall(r: Resources, rewrite: RewriteService) -> RecallService:
         # docs/seams.md: newer statements of a change first, then the relevance floor.
         # The held turns first: a correction among them is then put back above what it
         # replaces (`NewerFactsFirst`).
-        stages=[HeldTurnsLast(), NewerFactsFirst(r.settings.change_similarity), MinRelevance()],
+        stages=[
+            HeldTurnsLast(),
+            NewerFactsFirst(r.settings.change_similarity),
+            MinRelevance(),
+        ],
         clock=r.clock,
         query_vectors=QueryVectors(r.embedder),
         max_access=max_access,

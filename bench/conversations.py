@@ -58,7 +58,8 @@ async def run(args: argparse.Namespace, cases: list[JSON]) -> list[JSON]:
             raise SystemExit(f"{args.url} is not ready")
 
         def user_of(case: JSON) -> str:
-            return f"{args.prefix}-{case.get('asks_of') or case['id']}"
+            # The set's name too: two sets share case ids, and their users must not meet.
+            return f"{args.prefix}-{args.data.stem}-{case.get('asks_of') or case['id']}"
 
         def session(case: JSON, sid: str) -> str:
             return f"{user_of(case)}-{sid}"

@@ -101,8 +101,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     limit=settings.candidate_pool,
                     kinds=["memory"],
                     valid_at=time.time(),
-                    compare_turns=states_change,
-                    turn_similarity=settings.change_similarity,
+                    compare_turns=lambda p: (
+                        settings.change_similarity if states_change(p) else None
+                    ),
                 )
                 for text, vector in zip(texts, dense, strict=True)
             ]

@@ -50,8 +50,8 @@ _ZH_LAIZHE = re.compile(r"来着\s*[？?]?\s*$")
 # Question words: no help in telling what a question is about.
 _ZH_ASKING = frozenset(
     """
-    几号 几点 几月 几月份 月份 几天 几岁 多少 多少钱 什么 什么时候 时候 哪里 哪儿 哪天 哪个
-    怎么 为什么 多久 谁
+    几号 几点 几月 几月份 月份 几天 几年 几个 几次 几岁 多少 多少钱 多大 多远 多长 多久 什么
+    什么时候 时候 哪里 哪儿 哪天 哪个 哪家 哪些 怎么 为什么 谁 啥 叫啥 啥时候
     """.split()  # noqa: SIM905
 )
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
@@ -294,8 +294,9 @@ def _laizhe_leans(query: str) -> bool:
     found = _ZH_LAIZHE.search(query)
     if found is None:
         return False
-    words = tokenize(query[: found.start()])
-    return sum(1 for w in words if len(w) >= 2 and w not in _ZH_ASKING) < 2
+    words = {w for w in tokenize(query[: found.start()]) if len(w) >= 2 and w not in _ZH_ASKING}
+    # A word inside a longer one is the same thing (电话, 号码 in 电话号码).
+    return sum(1 for w in words if not any(w != o and w in o for o in words)) < 2
 
 
 def bound_pronouns(query: str) -> str:
@@ -501,7 +502,11 @@ def _other_names(terms: Sequence[str], text: str) -> list[str]:
     towards the turns the question was asked after ("… my sister studying again? home
     christmas" found "my sister is coming home for christmas")."""
     lowered = text.lower()
-    return [t for t in terms if t[:1].isupper() and t.lower() not in lowered][:2]
+    return [
+        t
+        for t in terms
+        if t[:1].isupper() and t.lower() not in lowered and t.lower() not in _EN_OPENERS
+    ][:2]
 
 
 # The commonest Chinese surnames: a two-character word jieba's dictionary tags as a name
@@ -533,7 +538,7 @@ _EN_OPENERS = frozenset(
     """
     talk see take let have keep stay hope catch good great thanks thank bye enjoy congrats
     congratulations wow yes yeah yea sure anytime together cheers sounds glad sorry love
-    tell totally
+    tell totally poor ouch oops nope btw omg lol haha aw aww ugh yikes
     """.split()  # noqa: SIM905
 )
 
@@ -585,10 +590,13 @@ _ZH_THING = re.compile(r"它(?![们])|这个|那个")
 _ZH_CALLED = re.compile(r"(?:名叫|叫做|叫|名字是)([\u4e00-\u9fff]{2,4}?)(?=[，。！？,.!?\s]|$)")
 _EN_CALLED = re.compile(r"\b(?:named|called)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
 # A relative the user names by the relation alone: "my sister", 我妈妈.
-# "my sister's dog" names the dog, whom a "he" may stand for: not the relative.
+# "my sister's dog" names the dog, whom a "he" may stand for, not the relative; "my mom's
+# birthday" is still about the mom.
 _EN_RELATIVE = re.compile(
     r"\bmy\s+(?:mom|mum|mother|dad|father|sister|brother|wife|husband|son|daughter|"
-    r"grandma|grandmother|grandpa|grandfather|aunt|uncle|boss|girlfriend|boyfriend)\b(?!')",
+    r"grandma|grandmother|grandpa|grandfather|aunt|uncle|boss|girlfriend|boyfriend)\b"
+    r"(?!'s\s+(?:dog|cat|puppy|kitten|pet|bird|hamster|rabbit|horse|son|daughter|kid|kids|"
+    r"baby|boyfriend|girlfriend|husband|wife|friend|partner)\b)",
     re.IGNORECASE,
 )
 _ZH_RELATIVE = re.compile(

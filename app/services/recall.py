@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from app.core import reinforcement, terms
 from app.core.clock import Clock, utc_now
@@ -32,6 +32,7 @@ from app.services.recall_caches import MaxAccessCounts, QueryVectors
 from app.services.reinforcing import Reinforcer
 from app.services.search import (
     Found,
+    HeldTurnsLast,
     NewerFactsFirst,
     Pool,
     Rewriter,
@@ -39,6 +40,7 @@ from app.services.search import (
     ScoreConfig,
     SearchSpec,
     Stage,
+    holds,
     no_rewrite,
     run_stages,
     states_change,
@@ -47,7 +49,7 @@ from app.services.search import (
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
 from app.stores.db import Database
-from app.stores.vectors import VectorIndex, VectorQuery
+from app.stores.vectors import MemoryPayload, VectorIndex, VectorQuery
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class RecallService:
         # Change promotion's comparisons are made by the index in the retrieval's own call,
         # at the stage's threshold; without the stage, none are asked for.
         self._changes = next((s for s in self.stages if isinstance(s, NewerFactsFirst)), None)
+        self._held = next((s for s in self.stages if isinstance(s, HeldTurnsLast)), None)
         self.clock = clock
         self.query_vectors = query_vectors or QueryVectors(embedder)
         self.max_access = max_access or MaxAccessCounts(db)
@@ -164,15 +167,29 @@ class RecallService:
                 valid_at=(spec.as_of or self.clock()).timestamp(),
                 # Change promotion's comparisons, made by the index in the same call
                 # (`NewerFactsFirst`, which a question about a period skips).
-                compare_turns=(
-                    states_change
-                    if self._changes is not None and not spec.asks_about_a_period()
-                    else None
-                ),
-                turn_similarity=self._changes.min_similarity if self._changes else 1.0,
+                compare_turns=self._compare(spec),
             )
         )
         return Pool(lists, max_access, dense, frozenset(sparse.indices))
+
+    def _compare(self, spec: SearchSpec) -> Callable[[MemoryPayload], float | None] | None:
+        """The hits whose similar turns the index finds, and from which cosine: those that
+        state a change (`NewerFactsFirst`, skipped for a question about a period) and the
+        conversation's turns the rewrite read (`HeldTurnsLast`); a held turn that states a
+        change at the lower of the two."""
+        changes = self._changes if not spec.asks_about_a_period() else None
+        held = self._held if spec.held else None
+        if changes is None and held is None:
+            return None
+
+        def cosine(payload: MemoryPayload) -> float | None:
+            found = [
+                *([changes.min_similarity] if changes and states_change(payload) else []),
+                *([held.min_similarity] if held and holds(spec, payload) else []),
+            ]
+            return min(found) if found else None
+
+        return cosine
 
     async def feedback(self, tenant_id: str, body: FeedbackRequest) -> FeedbackAccepted:
         """An agent's word on what it used: counted like recalls (batched), reported back

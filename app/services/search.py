@@ -508,19 +508,27 @@ class NewerFactsFirst:
 
 @dataclass(frozen=True, slots=True)
 class HeldTurnsLast:
-    """After a rewrite from the conversation's latest turns (recall's `session_id`), the
-    memories of those turns go below every result from elsewhere that the service is
-    confident about (`scores.semantic` ≥ `confident`), each part in its order. The caller
-    holds those turns (they are the conversation it asks in: the in-context layer), and the
-    rewritten query carries their words, so they matched it first for that reason alone:
-    "what is she studying again?" became "… my sister …" and found "my sister is coming
-    home for christmas", the turn it was asked after (0.90), above "我妹妹在伦敦读研究生，学建筑"
-    (0.82). Below the confident level they keep their place: a question about what those
-    turns say is answered from them, not from weak matches elsewhere ("can you suggest a
-    podcast", 0.12, had gone first). A memory with a source elsewhere keeps its place;
-    context passes the turns it shows and is not reordered here (bench/README.md,
-    "Follow-ups in a new conversation")."""
+    """After a rewrite from the conversation's latest turns (recall's `session_id`), from
+    the first memory of those turns on: the results from elsewhere that the service is
+    confident about (`scores.semantic` ≥ `confident`) first, then those turns' memories,
+    then the rest; each part in its order. The caller holds those turns (they are the
+    conversation it asks in: the in-context layer), and the rewritten query carries their
+    words, so they matched it first for that reason alone: "what is she studying again?"
+    became "… my sister …" and found "my sister is coming home for christmas", the turn it
+    was asked after (0.90), above "我妹妹在伦敦读研究生，学建筑" (0.82). Weak matches elsewhere
+    stay below them, so a question about what the conversation just said is answered from
+    it, not from "can you suggest a podcast" (0.12). A result the held turns may replace
+    (older, and similar to one of them: turn cosine ≥ `min_similarity`) stays below them
+    too: "the dentist called, it's Friday at
+    10am now" is not put under "Tuesday at 3pm". Nothing moves when `session_ids` names the
+    conversation (asked of it), nor in context (it passes the turns it shows).
+    bench/README.md, "Follow-ups in a new conversation"."""
 
+    # Higher than a change statement's 0.4: without a word that says so, a turn that merely
+    # names the same person ("my sister is coming home for christmas", 0.47 with "My sister
+    # is doing a master's in architecture") is no update; "the dentist called, it's Friday
+    # at 10am now" is one of "My dentist appointment is on Tuesday at 3pm." (0.74).
+    min_similarity: float = 0.65
     confident: float = relevance.CONFIDENT_RELEVANCE
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
@@ -528,28 +536,44 @@ class HeldTurnsLast:
             return candidates
         if spec.session_ids is not None and spec.session_id in spec.session_ids:
             return candidates  # asked of the conversation itself
-        session, held = spec.session_id, spec.held
-
-        def holds(c: Candidate) -> bool:
-            sources = c.hit.payload.sources
-            return bool(sources) and all(
-                s.get("session_id") == session and s.get("seq") in held for s in sources
-            )
-
-        kept = [holds(c) for c in candidates]
-        # The last confident result from elsewhere: the held turns above it go just below it.
-        last = max(
-            (n for n, c in enumerate(candidates) if not kept[n] and c.semantic >= self.confident),
-            default=-1,
-        )
-        if last < 0 or not any(kept[:last]):
+        held = [holds(spec, c.hit.payload) for c in candidates]
+        first = next((n for n, h in enumerate(held) if h), None)
+        if first is None:
             return candidates
-        moved = [c for n, c in enumerate(candidates[:last]) if kept[n]]
-        return [
-            *(c for n, c in enumerate(candidates[: last + 1]) if not kept[n]),
-            *moved,
-            *candidates[last + 1 :],
+        hits = [c.hit for c in candidates]
+        by_vectors = ranking.similar_by_vectors(_turn_units(hits), self.min_similarity)
+        rest = range(first, len(candidates))
+        mine = [n for n in rest if held[n]]
+
+        def replaced(k: int) -> bool:
+            """Older than a held turn it is similar to: what that turn may update."""
+            at = hits[k].payload.created_at
+            for n in mine:
+                known = hits[n].similar
+                similar = hits[k].id in known if known is not None else by_vectors(n, k)
+                if similar and hits[n].payload.created_at > at:
+                    return True
+            return False
+
+        confident = [
+            n
+            for n in rest
+            if not held[n] and candidates[n].semantic >= self.confident and not replaced(n)
         ]
+        if not confident:
+            return candidates
+        ahead = set(confident)
+        after = [n for n in rest if not held[n] and n not in ahead]
+        order = [*range(first), *confident, *mine, *after]
+        return [candidates[n] for n in order]
+
+
+def holds(spec: SearchSpec, payload: MemoryPayload) -> bool:
+    """Is this memory one of the turns the rewrite read (every source one of them)?"""
+    sources = payload.sources
+    return bool(sources) and all(
+        s.get("session_id") == spec.session_id and s.get("seq") in spec.held for s in sources
+    )
 
 
 def states_change(payload: MemoryPayload) -> bool:

@@ -460,10 +460,13 @@ class QdrantEdgeIndex:
             cosines = self._cosines(query.dense, ids, dense) if query.with_cosines else {}
             similar = {}
             if query.compare_turns is not None:
-                asked = [
-                    pid for pid in ids if pid in stored and query.compare_turns(stored[pid][0])
-                ]
-                similar = self._similar_turns(asked, ids, query.turn_similarity)
+                compare = query.compare_turns
+                asked = {
+                    pid: cosine
+                    for pid in ids
+                    if pid in stored and (cosine := compare(stored[pid][0])) is not None
+                }
+                similar = self._similar_turns(asked, ids)
             return lists, stored, cosines, similar
 
         lists, stored, cosines, similar = await self._search(search)
@@ -562,12 +565,12 @@ class QdrantEdgeIndex:
         return out
 
     def _similar_turns(
-        self, asked: list[uuid.UUID], ids: list[uuid.UUID], min_cosine: float
+        self, asked: dict[uuid.UUID, float], ids: list[uuid.UUID]
     ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
         """For each point in `asked`, the other points of `ids` whose turn vector has a
-        cosine of at least `min_cosine` with its own (under `_lock`), from the points'
-        rows (`TurnRows`). Change promotion asks this of the few hits that state a
-        change."""
+        cosine with its own of at least the one `asked` gives it (under `_lock`), from
+        the points' rows (`TurnRows`). Recall asks this of the few hits that state a
+        change and of the conversation's turns a rewrite read."""
         if not asked or len(ids) < 2:
             return {}
         rows = self._turns.get(ids)
@@ -577,19 +580,19 @@ class QdrantEdgeIndex:
                 vector = r.vector.get("turn") if isinstance(r.vector, dict) else None
                 if vector:
                     rows[_as_uuid(r.id)] = np.asarray(vector, np.float32).astype(np.float16)
-        asked = [pid for pid in asked if pid in rows]
-        if not asked:
+        present = [pid for pid in asked if pid in rows]
+        if not present:
             return {}
         others = [pid for pid in ids if pid in rows]
         matrix = _unit_rows([rows[pid] for pid in others])
-        cosines = _unit_rows([rows[pid] for pid in asked]) @ matrix.T
+        cosines = _unit_rows([rows[pid] for pid in present]) @ matrix.T
         return {
             pid: frozenset(
                 other
                 for other, cosine in zip(others, cosines[n].tolist(), strict=True)
-                if other != pid and cosine >= min_cosine
+                if other != pid and cosine >= asked[pid]
             )
-            for n, pid in enumerate(asked)
+            for n, pid in enumerate(present)
         }
 
     def _terms_of(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[UserKey, list[int]]]:

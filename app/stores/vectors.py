@@ -252,11 +252,12 @@ class VectorQuery:
     # Valid time (epoch seconds): only points still true then, i.e. without a `valid_to`
     # at or before it (docs/facts.md). None: no valid-time filter.
     valid_at: float | None = None
-    # The hits whose payload this accepts (recall: those that state a change) are compared
-    # with the other hits by turn vector, in the same call (`VectorHit.similar`); an index
-    # whose hits carry their stored vectors may leave it to the caller.
-    compare_turns: Callable[[MemoryPayload], bool] | None = None
-    turn_similarity: float = 1.0
+    # The hits for which this gives a cosine (recall: those that state a change, and the
+    # conversation's turns a rewrite read) are compared with the other hits by turn vector,
+    # in the same call: `VectorHit.similar`, the hits at that cosine or above. None for a
+    # hit: not compared. An index whose hits carry their stored vectors may leave it to
+    # the caller.
+    compare_turns: Callable[[MemoryPayload], float | None] | None = None
     # The query's cosines with each hit's vectors (`VectorHit.cosines`, relevance reads
     # them); a caller that reads only the lists' own scores (fact extraction) skips them.
     with_cosines: bool = True
@@ -285,9 +286,9 @@ class VectorHit:
     # in the index: no vector crosses into Python (reading them back and building arrays
     # was a fifth of a recall's GIL time at 100k memories, profiled). None: from `vectors`.
     cosines: tuple[float, float] | None = None
-    # The other hits of the query's lists whose turn vector has a cosine of at least
-    # `VectorQuery.turn_similarity` with this one's, when the query asked it of this hit
-    # (`compare_turns`) and the index compared them itself. None: from `vectors`.
+    # The other hits of the query's lists whose turn vector has a cosine with this one's of
+    # at least what `VectorQuery.compare_turns` gave for it, when it gave one and the index
+    # compared them itself. None: from `vectors`.
     similar: frozenset[uuid.UUID] | None = None
 
 

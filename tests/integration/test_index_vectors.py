@@ -158,8 +158,8 @@ async def test_the_index_cosines_score_as_vectors_read_anew_and_follow_a_rewrite
 async def test_hits_asked_about_carry_the_hits_with_similar_turn_vectors(tmp_path: Path) -> None:
     """Change promotion's comparisons, made in the same call: each hit whose payload the
     query's `compare_turns` accepts carries the other hits whose turn vector has a cosine
-    of at least `turn_similarity` with its own; the other hits, and every hit of a query
-    that asks nothing, carry None."""
+    of at least the one `compare_turns` gives it; the other hits, and every hit of a
+    query that asks nothing, carry None."""
     rng = np.random.default_rng(3)
     index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
@@ -177,9 +177,8 @@ async def test_hits_asked_about_carry_the_hits_with_similar_turn_vectors(tmp_pat
     assert all(h.similar is None for h in (*plain.dense, *plain.sparse))
 
     q.compare_turns = lambda payload: (
-        payload.content in {p.payload.content for p in points if p.id in asked}
+        0.4 if payload.content in {p.payload.content for p in points if p.id in asked} else None
     )
-    q.turn_similarity = 0.4
     lists = await index.candidates(q)
     hits = {h.id: h for h in (*lists.dense, *lists.sparse)}
     assert asked <= set(hits)

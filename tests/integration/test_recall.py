@@ -332,24 +332,28 @@ async def test_a_follow_up_in_a_new_session_finds_earlier_sessions(
     assert {s["session_id"] for r in narrowed for s in r["sources"]} == {now}
 
 
+async def two_conversations(
+    running: Running, ids: Callable[[str], str], before: str, now: tuple[str, str]
+) -> tuple[str, str, str]:
+    """A user with one turn in an earlier session and two (the user's, the assistant's) in
+    the conversation a question is asked in: (user, earlier, now)."""
+    user, earlier, current = ids("user"), ids("earlier"), ids("now")
+    await post_messages(running, earlier, user, [turn(before)])
+    await post_messages(running, current, user, [turn(now[0]), turn(now[1], role="assistant")])
+    return user, earlier, current
+
+
 async def test_a_follow_up_finds_the_answer_above_the_turns_it_was_asked_after(
     running: Running, ids: Callable[[str], str]
 ) -> None:
     """The conversation's latest turns fed the rewrite and the caller holds them: the answer
     from an earlier session comes first, those turns after it (`HeldTurnsLast`). Asked
     without the session (no rewrite), nothing is reordered."""
-    user, earlier, now = ids("user"), ids("earlier"), ids("now")
-    await post_messages(
-        running, earlier, user, [turn("My sister is doing a master's in architecture in London.")]
-    )
-    await post_messages(
+    user, earlier, now = await two_conversations(
         running,
-        now,
-        user,
-        [
-            turn("my sister is coming home for christmas"),
-            turn("That's nice!", role="assistant"),
-        ],
+        ids,
+        "My sister is doing a master's in architecture in London.",
+        ("my sister is coming home for christmas", "That's nice!"),
     )
     found = await recall(running, user, "what is she studying again?", session_id=now)
     assert found[0]["sources"][0]["session_id"] == earlier, found
@@ -374,21 +378,45 @@ async def test_a_correction_in_the_conversation_stays_above_what_it_replaces(
 ) -> None:
     """The held turns go after the rest, and then a correction among them goes back above
     the statement it replaces (`NewerFactsFirst` runs after `HeldTurnsLast`)."""
-    user, earlier, now = ids("user"), ids("earlier"), ids("now")
+    tuesday = "My dentist appointment is on Tuesday at 3pm."
+    moved = ("The dentist called, they moved my appointment to Friday at 10am.", "Got it.")
+    user, _, now = await two_conversations(running, ids, tuesday, moved)
+    found = await recall(running, user, "when is it again?", session_id=now)
+    assert "Friday at 10am" in found[0]["content"], found
+    # Said without a change word: a held turn stays above the older one it is similar to.
+    said = ("the dentist called, it's Friday at 10am now", "Noted.")
+    user2, _, now2 = await two_conversations(running, lambda x: ids(x + "2"), tuesday, said)
+    plain = await recall(running, user2, "when is it again?", session_id=now2)
+    first = next(n for n, r in enumerate(plain) if "Friday" in r["content"])
+    assert all("Tuesday" not in r["content"] for r in plain[:first]), plain
+
+
+async def test_a_question_about_the_conversation_keeps_its_answer_above_weak_matches(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Only results from elsewhere that are confidently relevant pass the held turns: small
+    talk from another session does not."""
+    user, chat, now = ids("user"), ids("chat"), ids("now")
     await post_messages(
-        running, earlier, user, [turn("My dentist appointment is on Tuesday at 3pm.")]
+        running,
+        chat,
+        user,
+        [
+            turn("can you suggest a good podcast for my commute"),
+            turn("Try Hardcore History.", role="assistant"),
+        ],
     )
     await post_messages(
         running,
         now,
         user,
         [
-            turn("The dentist called, they moved my appointment to Friday at 10am."),
-            turn("Got it, Friday at 10.", role="assistant"),
+            turn("we're staying at the Hotel Avenida in Lisbon, right by the river"),
+            turn("Great!", role="assistant"),
         ],
     )
-    found = await recall(running, user, "when is it again?", session_id=now)
-    assert "Friday at 10am" in found[0]["content"], found
+    found = await recall(running, user, "what's the hotel called again?", session_id=now)
+    assert "Hotel Avenida" in found[0]["content"], found
 
 
 async def test_min_relevance_drops_what_is_not_about_the_query(

@@ -100,7 +100,7 @@ async def test_similar_turns_are_the_stored_vectors_above_the_threshold(tmp_path
     await index.upsert(written)
     ids = [p.id for p in written[:40]]
     with index._lock:
-        similar = index._similar_turns([written[0].id], ids, 0.9)
+        similar = index._similar_turns({written[0].id: 0.9}, ids)
     stored = stored_turns(index)
     unit = {
         pid: v.astype(np.float64) / np.linalg.norm(v.astype(np.float64))

@@ -510,3 +510,26 @@ def test_a_closing_laizhe_asks_about_the_topic_of_the_last_turns() -> None:
     assert r.changed
     assert "房租" in r.rewritten
     assert not needs_context("我来着急了")  # 来着 inside a word run, not closing
+    # Leaning: the question names fewer than two things of its own (question words aside).
+    assert all(needs_context(q) for q in ["保修几年来着？", "我们约的几点来着", "叫啥来着？"])
+    # Standing alone: it says what it asks about, as "What's Wang Fang's number again?" does.
+    alone = ["我妈妈生日是几号来着？", "王芳的电话号码是多少来着？", "我护照几月份过期来着？"]
+    assert not any(needs_context(q) for q in alone)
+    for q in alone:
+        assert heuristic_rewrite(q, turns).rewritten == q
+
+
+def test_a_relatives_possessive_is_the_relative_unless_a_pet_or_person_follows() -> None:
+    """ "My mom's birthday" is about the mom; "my sister's dog Max" names the dog. An
+    interjection opening a reply ("Poor thing.") is no one a pronoun stands for."""
+    u, a = "user", "assistant"
+    mom = [Turn(u, "My mom's birthday is friday"), Turn(a, "Any plans?")]
+    assert heuristic_rewrite("what should I get her?", mom).rewritten == (
+        "what should I get my mom?"
+    )
+    dad = [Turn(u, "my dad's surgery went well"), Turn(a, "Great news!")]
+    assert heuristic_rewrite("when can he go home?", dad).rewritten == "when can my dad go home?"
+    dog = [Turn(u, "my sister's dog Max is staying with us"), Turn(a, "Fun!")]
+    assert heuristic_rewrite("is he okay?", dog).rewritten == "is Max okay?"
+    sick = [Turn(u, "My sister's dog is sick."), Turn(a, "Poor thing.")]
+    assert "Poor" not in heuristic_rewrite("what's wrong with him?", sick).rewritten

@@ -337,15 +337,16 @@ async def test_a_newer_change_goes_above_the_older_statement() -> None:
     assert [c.hit.id.int for c in await stage(named, pool)] == [1, 3, 2]
 
 
-async def test_the_turns_a_rewrite_read_go_after_the_rest_each_part_in_its_order() -> None:
-    def turn(n: int, session: str, seq: int) -> Candidate:
+async def test_the_turns_a_rewrite_read_go_below_what_answers_confidently_elsewhere() -> None:
+    def turn(n: int, session: str, seq: int, semantic: float, **kw: Any) -> Candidate:
         source = {"session_id": session, "message_id": f"m{seq}", "seq": seq}
-        return Candidate(hit(n, sources=[source]), 0.5, 1.0, 0.5, 1.0 - n / 10)
+        return Candidate(hit(n, sources=[source], **kw), semantic, 1.0, 0.5, 1.0 - n / 10)
 
-    echo = turn(1, "now", 7)  # the turn the question was asked after
-    answer = turn(2, "earlier", 7)  # the same seq in another session: not held
-    older = turn(3, "now", 2)  # the same session, before the turns the rewrite read
-    fact = Candidate(hit(4, sources=[]), 0.5, 1.0, 0.5, 0.5)  # written as such: no source
+    top = turn(9, "earlier", 1, 0.9)  # above the first held turn: keeps its place
+    echo = turn(1, "now", 7, 0.9)  # the turn the question was asked after
+    answer = turn(2, "earlier", 7, 0.82)  # the same seq in another session: not held
+    older = turn(3, "now", 2, 0.70)  # the same session, before the turns the rewrite read
+    fact = Candidate(hit(4, sources=[]), 0.6, 1.0, 0.5, 0.5)  # written as such: no source
     both = Candidate(
         hit(
             5,
@@ -354,24 +355,28 @@ async def test_the_turns_a_rewrite_read_go_after_the_rest_each_part_in_its_order
                 {"session_id": "earlier", "message_id": "m1", "seq": 1},
             ],
         ),
-        0.5,
+        0.3,
         1.0,
         0.5,
         0.4,
     )
-    held_too = turn(6, "now", 8)
-    pool = [echo, answer, older, fact, both, held_too]
-    stage = HeldTurnsLast()
+    held_too = turn(6, "now", 8, 0.5)
+    weak = turn(7, "earlier", 3, 0.2)
+    pool = [top, echo, answer, weak, older, fact, held_too, both]
+    stage = HeldTurnsLast(0.4)
     asked = spec(session_id="now", held=frozenset({7, 8}))
-    assert [c.hit.id.int for c in await stage(asked, pool)] == [2, 3, 4, 5, 1, 6]
-    # Weak matches elsewhere (under the confident 0.25) do not pass a held turn: a question
-    # about what the conversation just said is answered from it.
-    junk = Candidate(hit(7, sources=[{"session_id": "x", "seq": 1}]), 0.12, 1.0, 0.5, 0.3)
-    weak = Candidate(hit(8, sources=[{"session_id": "x", "seq": 2}]), 0.2, 1.0, 0.5, 0.2)
+    # From the first held turn on: the confident results from elsewhere, the held turns,
+    # then the weak ones.
+    assert [c.hit.id.int for c in await stage(asked, pool)] == [9, 2, 3, 4, 5, 1, 6, 7]
+    # Only weak matches elsewhere: a question about what was just said keeps its answer.
+    junk = turn(8, "x", 1, 0.12)
     assert await stage(asked, [echo, junk, weak]) == [echo, junk, weak]
-    # A confident answer below a weak match: the held turn goes just below the answer.
-    answer_low = dataclasses.replace(answer, semantic=0.8, score=0.25)
-    assert await stage(asked, [echo, junk, answer_low, weak]) == [junk, answer_low, echo, weak]
+    # What a held turn may update (older, its turn similar) stays below it; the rest passes.
+    side = [0.0, 1.0, 0.0]
+    fresh = turn(1, "now", 7, 0.9, turn=side)
+    stale = turn(2, "earlier", 4, 1.0, days_old=10, turn=side)
+    other = turn(3, "earlier", 5, 0.8, days_old=10)
+    assert [c.hit.id.int for c in await stage(asked, [fresh, stale, other])] == [3, 1, 2]
     # Not rewritten (nothing held), no session, or asked of the conversation itself: as ranked.
     itself = spec(session_id="now", held=frozenset({7, 8}), session_ids=("now", "earlier"))
     assert await stage(itself, pool) == pool
