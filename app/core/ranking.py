@@ -45,14 +45,16 @@ _WHEN = (
     r"(?:(?:next \w+|tomorrow|tonight|monday|tuesday|wednesday|thursday|friday|saturday|"
     r"sunday|mon|tue|wed|thu|fri|sat|sun|a (?:day|week|month)|january|february|march|april|"
     r"may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|"
-    r"sep|sept|oct|nov|dec)\b|\d|the \d)"
+    r"sep|sept|oct|nov|dec)\b|(?:the )?\d{1,2}(?:st|nd|rd|th)\b|\d{1,2}(?::\d\d)?\s*[ap]m\b|"
+    r"\d{1,2}/\d{1,2}|\d+ (?:hours?|days?|weeks?|months?|minutes?|mins?)\b)"
 )
 _CHANGE = re.compile(
     r"改成|改到|改为|换成|换了|取消|不再|推迟|提前|搬到|退了|"
     r"改了|换号|跳槽|涨到|降到|加到|减到|最后还是|更新一下|挪到|延到|延期|改期|搬去|"
     r"\b(?:instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
     r"stopped|quit|bumped|raised|increased|decreased|lowered|went with|in the end|anymore|"
-    r"upgraded|downgraded|rebooked|bump (?:\w+ ){0,3}(?:up|to)|swapped (?:\w+ ){0,3}for|"
+    r"upgraded|downgraded|rebooked|bump (?:\w+ ){0,3}(?:up|to)|"
+    r"swapped (?:my|our|the|his|her|their) (?:\w+ ){0,2}for|"
     r"new (?:email|number|phone|address|password))\b|"
     rf"\bpushed (?:\w+ ){{0,2}}(?:(?:back|out) (?:to |till |until )?|(?:to|till|until) ){_WHEN}|"
     r"\b(?:went|gone|goes|got|now|just|is|are|was|'s|'m|am) down to \$?\d|"

@@ -590,13 +590,13 @@ _ZH_THING = re.compile(r"它(?![们])|这个|那个")
 _ZH_CALLED = re.compile(r"(?:名叫|叫做|叫|名字是)([\u4e00-\u9fff]{2,4}?)(?=[，。！？,.!?\s]|$)")
 _EN_CALLED = re.compile(r"\b(?:named|called)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
 # A relative the user names by the relation alone: "my sister", 我妈妈.
-# "my sister's dog" names the dog, whom a "he" may stand for, not the relative; "my mom's
-# birthday" is still about the mom.
+# "my sister's dog Max" names Max, whom a "he" may stand for, not the relative; "my mom's
+# birthday" and "my sister's husband lost his job" are still about the relative.
 _EN_RELATIVE = re.compile(
     r"\bmy\s+(?:mom|mum|mother|dad|father|sister|brother|wife|husband|son|daughter|"
     r"grandma|grandmother|grandpa|grandfather|aunt|uncle|boss|girlfriend|boyfriend)\b"
-    r"(?!'s\s+(?:dog|cat|puppy|kitten|pet|bird|hamster|rabbit|horse|son|daughter|kid|kids|"
-    r"baby|boyfriend|girlfriend|husband|wife|friend|partner)\b)",
+    r"(?!['’]s\s+(?:\w+\s+)?(?:dog|cat|puppy|kitten|pet|bird|hamster|rabbit|horse|son|"
+    r"daughter|kid|baby|boyfriend|girlfriend|husband|wife|friend|partner)\s+(?-i:[A-Z]))",
     re.IGNORECASE,
 )
 _ZH_RELATIVE = re.compile(

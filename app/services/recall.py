@@ -40,6 +40,7 @@ from app.services.search import (
     ScoreConfig,
     SearchSpec,
     Stage,
+    applies,
     holds,
     no_rewrite,
     run_stages,
@@ -178,7 +179,7 @@ class RecallService:
         conversation's turns the rewrite read (`HeldTurnsLast`); a held turn that states a
         change at the lower of the two."""
         changes = self._changes if not spec.asks_about_a_period() else None
-        held = self._held if spec.held else None
+        held = self._held if applies(spec) else None
         if changes is None and held is None:
             return None
 

@@ -501,7 +501,9 @@ class NewerFactsFirst:
 
         def similar(i: int, k: int) -> bool:
             known = hits[i].similar
-            return hits[k].id in known if known is not None else by_vectors(i, k)
+            if known is None:
+                return by_vectors(i, k)
+            return known.get(hits[k].id, -1.0) >= self.min_similarity
 
         return [candidates[i] for i in ranking.promote_changes(items, similar)]
 
@@ -509,19 +511,19 @@ class NewerFactsFirst:
 @dataclass(frozen=True, slots=True)
 class HeldTurnsLast:
     """After a rewrite from the conversation's latest turns (recall's `session_id`), from
-    the first memory of those turns on: the results from elsewhere that the service is
-    confident about (`scores.semantic` ≥ `confident`) first, then those turns' memories,
-    then the rest; each part in its order. The caller holds those turns (they are the
-    conversation it asks in: the in-context layer), and the rewritten query carries their
-    words, so they matched it first for that reason alone: "what is she studying again?"
-    became "… my sister …" and found "my sister is coming home for christmas", the turn it
-    was asked after (0.90), above "我妹妹在伦敦读研究生，学建筑" (0.82). Weak matches elsewhere
-    stay below them, so a question about what the conversation just said is answered from
-    it, not from "can you suggest a podcast" (0.12). A result the held turns may replace
-    (older, and similar to one of them: turn cosine ≥ `min_similarity`) stays below them
-    too: "the dentist called, it's Friday at
-    10am now" is not put under "Tuesday at 3pm". Nothing moves when `session_ids` names the
-    conversation (asked of it), nor in context (it passes the turns it shows).
+    the first memory of those turns in the ranking on: the results from elsewhere that the
+    service is confident about (`scores.semantic` ≥ `confident`) first, then those turns'
+    memories, then the rest; each part in its order. The caller holds those turns (they
+    are the conversation it asks in: the in-context layer), and the rewritten query carries
+    their words, so they matched it first for that reason alone: "what is she studying
+    again?" became "… my sister …" and found "my sister is coming home for christmas", the
+    turn it was asked after (0.90), above "我妹妹在伦敦读研究生，学建筑" (0.82). Weak matches
+    elsewhere go below them, so a question about what the conversation just said is
+    answered from it, not from "can you suggest a podcast" (0.12). A result a held turn may
+    update (older, and similar to it: turn cosine ≥ `min_similarity`), wherever it ranked,
+    goes just below the held turns: "the dentist called, it's Friday at 10am now" above
+    "My dentist appointment is on Tuesday at 3pm.". Nothing moves when `session_ids` names
+    the conversation (asked of it), nor in context (it passes the turns it shows).
     bench/README.md, "Follow-ups in a new conversation"."""
 
     # Higher than a change statement's 0.4: without a word that says so, a turn that merely
@@ -532,40 +534,50 @@ class HeldTurnsLast:
     confident: float = relevance.CONFIDENT_RELEVANCE
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
-        if not spec.held or spec.session_id is None:
+        if not applies(spec):
             return candidates
-        if spec.session_ids is not None and spec.session_id in spec.session_ids:
-            return candidates  # asked of the conversation itself
         held = [holds(spec, c.hit.payload) for c in candidates]
         first = next((n for n, h in enumerate(held) if h), None)
         if first is None:
             return candidates
         hits = [c.hit for c in candidates]
         by_vectors = ranking.similar_by_vectors(_turn_units(hits), self.min_similarity)
-        rest = range(first, len(candidates))
-        mine = [n for n in rest if held[n]]
+        mine = [n for n, h in enumerate(held) if h]
 
         def replaced(k: int) -> bool:
             """Older than a held turn it is similar to: what that turn may update."""
             at = hits[k].payload.created_at
             for n in mine:
                 known = hits[n].similar
-                similar = hits[k].id in known if known is not None else by_vectors(n, k)
+                similar = (
+                    by_vectors(n, k)
+                    if known is None
+                    else known.get(hits[k].id, -1.0) >= self.min_similarity
+                )
                 if similar and hits[n].payload.created_at > at:
                     return True
             return False
 
+        others = [n for n, h in enumerate(held) if not h]
+        updated = {n for n in others if replaced(n)}
+        before = [n for n in others if n < first and n not in updated]
         confident = [
             n
-            for n in rest
-            if not held[n] and candidates[n].semantic >= self.confident and not replaced(n)
+            for n in others
+            if n > first and n not in updated and candidates[n].semantic >= self.confident
         ]
-        if not confident:
-            return candidates
-        ahead = set(confident)
-        after = [n for n in rest if not held[n] and n not in ahead]
-        order = [*range(first), *confident, *mine, *after]
+        ahead = {*before, *confident, *updated}
+        rest = [n for n in others if n not in ahead]
+        order = [*before, *confident, *mine, *(n for n in others if n in updated), *rest]
         return [candidates[n] for n in order]
+
+
+def applies(spec: SearchSpec) -> bool:
+    """Whether `HeldTurnsLast` reorders this search: turns are held, and the search is not
+    asked of their conversation itself (`session_ids` naming it)."""
+    if not spec.held or spec.session_id is None:
+        return False
+    return spec.session_ids is None or spec.session_id not in spec.session_ids
 
 
 def holds(spec: SearchSpec, payload: MemoryPayload) -> bool:

@@ -430,7 +430,7 @@ class QdrantEdgeIndex:
             list[list[Any]],
             dict[uuid.UUID, _Stored],
             _Cosines,
-            dict[uuid.UUID, frozenset[uuid.UUID]],
+            dict[uuid.UUID, dict[uuid.UUID, float]],
         ]:
             batch = list(requests)
             if query.sparse.indices:
@@ -566,10 +566,10 @@ class QdrantEdgeIndex:
 
     def _similar_turns(
         self, asked: dict[uuid.UUID, float], ids: list[uuid.UUID]
-    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+    ) -> dict[uuid.UUID, dict[uuid.UUID, float]]:
         """For each point in `asked`, the other points of `ids` whose turn vector has a
-        cosine with its own of at least the one `asked` gives it (under `_lock`), from
-        the points' rows (`TurnRows`). Recall asks this of the few hits that state a
+        cosine with its own of at least the one `asked` gives it, with that cosine (under
+        `_lock`), from the points' rows (`TurnRows`). Recall asks this of the few hits that state a
         change and of the conversation's turns a rewrite read."""
         if not asked or len(ids) < 2:
             return {}
@@ -587,11 +587,11 @@ class QdrantEdgeIndex:
         matrix = _unit_rows([rows[pid] for pid in others])
         cosines = _unit_rows([rows[pid] for pid in present]) @ matrix.T
         return {
-            pid: frozenset(
-                other
+            pid: {
+                other: cosine
                 for other, cosine in zip(others, cosines[n].tolist(), strict=True)
                 if other != pid and cosine >= asked[pid]
-            )
+            }
             for n, pid in enumerate(present)
         }
 

@@ -254,9 +254,9 @@ class VectorQuery:
     valid_at: float | None = None
     # The hits for which this gives a cosine (recall: those that state a change, and the
     # conversation's turns a rewrite read) are compared with the other hits by turn vector,
-    # in the same call: `VectorHit.similar`, the hits at that cosine or above. None for a
-    # hit: not compared. An index whose hits carry their stored vectors may leave it to
-    # the caller.
+    # in the same call: `VectorHit.similar`, the hits at that cosine or above with their
+    # cosines (each stage then applies its own threshold). None for a hit: not compared.
+    # An index whose hits carry their stored vectors may leave it to the caller.
     compare_turns: Callable[[MemoryPayload], float | None] | None = None
     # The query's cosines with each hit's vectors (`VectorHit.cosines`, relevance reads
     # them); a caller that reads only the lists' own scores (fact extraction) skips them.
@@ -287,9 +287,9 @@ class VectorHit:
     # was a fifth of a recall's GIL time at 100k memories, profiled). None: from `vectors`.
     cosines: tuple[float, float] | None = None
     # The other hits of the query's lists whose turn vector has a cosine with this one's of
-    # at least what `VectorQuery.compare_turns` gave for it, when it gave one and the index
-    # compared them itself. None: from `vectors`.
-    similar: frozenset[uuid.UUID] | None = None
+    # at least what `VectorQuery.compare_turns` gave for it, with that cosine, when it gave
+    # one and the index compared them itself. None: from `vectors`.
+    similar: Mapping[uuid.UUID, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,9 +157,9 @@ async def test_the_index_cosines_score_as_vectors_read_anew_and_follow_a_rewrite
 
 async def test_hits_asked_about_carry_the_hits_with_similar_turn_vectors(tmp_path: Path) -> None:
     """Change promotion's comparisons, made in the same call: each hit whose payload the
-    query's `compare_turns` accepts carries the other hits whose turn vector has a cosine
-    of at least the one `compare_turns` gives it; the other hits, and every hit of a
-    query that asks nothing, carry None."""
+    query's `compare_turns` gives a cosine carries the other hits whose turn vector has a
+    cosine of at least that one with its own, with their cosines (each hit its own
+    threshold); the other hits, and every hit of a query that asks nothing, carry None."""
     rng = np.random.default_rng(3)
     index = QdrantEdgeIndex(tmp_path, "c", DIM)
     await index.ensure_collection()
@@ -169,30 +169,32 @@ async def test_hits_asked_about_carry_the_hits_with_similar_turn_vectors(tmp_pat
         points[n].turn = (base + 0.5 * rng.standard_normal(DIM)).astype(np.float32).tolist()
     await index.upsert(points)
     turn = {p.id: p.turn_vector for p in points}
-    asked = {points[0].id, points[6].id, points[9].id}
+    asked = {points[0].id: 0.4, points[6].id: 0.6, points[9].id: 0.3}
     _, q = query(0, rng)
     q = VectorQuery(TENANT, USER, q.dense, q.sparse, limit=40)
 
     plain = await index.candidates(q)
     assert all(h.similar is None for h in (*plain.dense, *plain.sparse))
 
-    q.compare_turns = lambda payload: (
-        0.4 if payload.content in {p.payload.content for p in points if p.id in asked} else None
-    )
+    threshold = {p.payload.content: asked[p.id] for p in points if p.id in asked}
+    q.compare_turns = lambda payload: threshold.get(payload.content)
     lists = await index.candidates(q)
     hits = {h.id: h for h in (*lists.dense, *lists.sparse)}
-    assert asked <= set(hits)
+    assert set(asked) <= set(hits)
     for pid, h in hits.items():
         if pid not in asked:
             assert h.similar is None
             continue
         assert h.similar is not None
+        floor = asked[pid]
         others = set(hits) - {pid}
-        near = {o for o in others if cosine(turn[pid], turn[o]) >= 0.4 + 1e-3}
-        far = {o for o in others if cosine(turn[pid], turn[o]) < 0.4 - 1e-3}
-        assert near <= h.similar
-        assert not h.similar & far
-        assert h.similar <= others
+        near = {o for o in others if cosine(turn[pid], turn[o]) >= floor + 1e-3}
+        far = {o for o in others if cosine(turn[pid], turn[o]) < floor - 1e-3}
+        assert near <= set(h.similar)
+        assert not set(h.similar) & far
+        assert set(h.similar) <= others
+        for other, found in h.similar.items():  # the cosine itself, to the rows' precision
+            assert found == pytest.approx(cosine(turn[pid], turn[other]), abs=5e-3)
     assert len(hits[points[0].id].similar or ()) >= 10  # met by many, not by chance
     await index.close()
 

@@ -531,5 +531,12 @@ def test_a_relatives_possessive_is_the_relative_unless_a_pet_or_person_follows()
     assert heuristic_rewrite("when can he go home?", dad).rewritten == "when can my dad go home?"
     dog = [Turn(u, "my sister's dog Max is staying with us"), Turn(a, "Fun!")]
     assert heuristic_rewrite("is he okay?", dog).rewritten == "is Max okay?"
+    puppy = [Turn(u, "my sister's new puppy Max is staying with us"), Turn(a, "Fun!")]
+    assert heuristic_rewrite("is he okay?", puppy).rewritten == "is Max okay?"
+    # A relative's husband or job named without a name: the question is still the relative's.
+    husband = [Turn(u, "my sister's husband lost his job"), Turn(a, "Oh no.")]
+    assert heuristic_rewrite("how is she holding up?", husband).rewritten == (
+        "how is my sister holding up?"
+    )
     sick = [Turn(u, "My sister's dog is sick."), Turn(a, "Poor thing.")]
     assert "Poor" not in heuristic_rewrite("what's wrong with him?", sick).rewritten

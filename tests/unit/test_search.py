@@ -368,15 +368,29 @@ async def test_the_turns_a_rewrite_read_go_below_what_answers_confidently_elsewh
     # From the first held turn on: the confident results from elsewhere, the held turns,
     # then the weak ones.
     assert [c.hit.id.int for c in await stage(asked, pool)] == [9, 2, 3, 4, 5, 1, 6, 7]
-    # Only weak matches elsewhere: a question about what was just said keeps its answer.
+    # Only weak matches elsewhere: a question about what was just said keeps its answer,
+    # and weak matches go below the held turns.
     junk = turn(8, "x", 1, 0.12)
     assert await stage(asked, [echo, junk, weak]) == [echo, junk, weak]
+    assert await stage(asked, [echo, junk, held_too]) == [echo, held_too, junk]
     # What a held turn may update (older, its turn similar) stays below it; the rest passes.
     side = [0.0, 1.0, 0.0]
     fresh = turn(1, "now", 7, 0.9, turn=side)
     stale = turn(2, "earlier", 4, 1.0, days_old=10, turn=side)
     other = turn(3, "earlier", 5, 0.8, days_old=10)
     assert [c.hit.id.int for c in await stage(asked, [fresh, stale, other])] == [3, 1, 2]
+    assert [c.hit.id.int for c in await stage(asked, [stale, fresh, other])] == [3, 1, 2]
+    # As the embedded index returns them: the held turn's similar hits with their cosines,
+    # each stage its own threshold (0.5 is under this one's 0.65: not an update).
+    near = dataclasses.replace(
+        fresh, hit=dataclasses.replace(fresh.hit, similar={stale.hit.id: 0.5})
+    )
+    default = HeldTurnsLast()
+    assert [c.hit.id.int for c in await default(asked, [near, stale, other])] == [2, 3, 1]
+    close = dataclasses.replace(
+        fresh, hit=dataclasses.replace(fresh.hit, similar={stale.hit.id: 0.7})
+    )
+    assert [c.hit.id.int for c in await default(asked, [close, stale, other])] == [3, 1, 2]
     # Not rewritten (nothing held), no session, or asked of the conversation itself: as ranked.
     itself = spec(session_id="now", held=frozenset({7, 8}), session_ids=("now", "earlier"))
     assert await stage(itself, pool) == pool
@@ -571,17 +585,17 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
 
     # As the embedded index returns them: no vectors, and for a hit that states a change
     # the other hits whose turn vector is similar to its own.
-    def similar_to(n: int) -> frozenset[uuid.UUID] | None:
+    def similar_to(n: int) -> dict[uuid.UUID, float] | None:
         own = vectors[n]
         if not items[n].changes:
             return None
         if own is None:
-            return frozenset()
-        return frozenset(
-            h.id
+            return {}
+        return {
+            h.id: float(v @ own)
             for k, h in enumerate(hits)
             if k != n and (v := vectors[k]) is not None and float(v @ own) >= 0.4
-        )
+        }
 
     bare = [
         dataclasses.replace(
