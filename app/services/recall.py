@@ -178,17 +178,22 @@ class RecallService:
         state a change (`NewerFactsFirst`, skipped for a question about a period) and the
         conversation's turns the rewrite read (`HeldTurnsLast`); a held turn that states a
         change at the lower of the two."""
-        changes = self._changes if not spec.asks_about_a_period() else None
-        held = self._held if applies(spec) else None
-        if changes is None and held is None:
-            return None
+        changes = self._changes.min_similarity if self._changes else None
+        if spec.asks_about_a_period():
+            changes = None
+        held = self._held.min_similarity if self._held and applies(spec) else None
+        if held is None:  # the usual recall: asked of every candidate, so kept to one test
+            if changes is None:
+                return None
+            change_floor = changes
+            return lambda payload: change_floor if states_change(payload) else None
+        held_floor = held
 
         def cosine(payload: MemoryPayload) -> float | None:
-            found = [
-                *([changes.min_similarity] if changes and states_change(payload) else []),
-                *([held.min_similarity] if held and holds(spec, payload) else []),
-            ]
-            return min(found) if found else None
+            floor = held_floor if holds(spec, payload) else None
+            if changes is not None and states_change(payload):
+                return changes if floor is None else min(changes, floor)
+            return floor
 
         return cosine
 
