@@ -110,7 +110,16 @@ _NAMES_PLACE = re.compile(
     r"December)\b)[A-Z][a-z]+|"
     r"\b(?:home|house|apartment|flat|city|town|village|country|park|beach|restaurant|cafe|"
     r"office|school|university|college|museum|store|shop|mall|hotel|airport|station|church|"
-    r"gym|library|hospital|street|road|lake|mountain|island|downtown|abroad|overseas)s?\b|"
+    r"gym|library|hospital|street|road|lake|mountain|island|downtown|abroad|overseas|lodge|"
+    r"hall|center|centre|club|venue|bar|pub|clinic|studio|theater|theatre|stadium|campus|"
+    r"neighborhood|neighbourhood|suburb)s?\b|"
+    # Casual chat writes places in lower case: "lives in denver", "moved to austin", "on
+    # main st".
+    r"\b(?:live|lives|living|lived|moved|moving|based|located|born|raised|grew up|staying)"
+    r" (?:in|to|at|near|outside) (?!(?:the|a|an|my|our|with|here|there|tonight|today|"
+    r"tomorrow|bed|fear|love|touch|line|time|person|general|mind|shape|trouble|peace|denial|"
+    r"case|order|front|place)\b)[a-z]{3,}|"
+    r"\b[0-9a-z]+ (?:st|ave|blvd|rd)\b|"
     r"[\u4e00-\u9fff](?:市|省|县|区|镇|村|州|国|岛|城|路|街|山|湖|河|港|站|机场|公园|"
     r"餐厅|饭店|酒店|学校|大学|医院|超市|商场|公司)|"
     r"(?:搬到|搬去|住在|来自|飞往|前往|去了|到了|回到|飞到|在)(?![这那哪])[\u4e00-\u9fffA-Za-z]{2}",

@@ -373,6 +373,22 @@ async def test_a_follow_up_finds_the_answer_above_the_turns_it_was_asked_after(
     assert plain[0]["sources"][0]["session_id"] == now, plain
 
 
+async def test_a_chinese_follow_up_finds_an_english_answer_said_in_lower_case(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """ "他住哪里来着？" asked after "我哥下周要来看我" finds "my brother tom lives in denver":
+    a lower-case place after "lives in" names a place, so the where-question does not
+    count it out (it had relevance 0.04, under the floor)."""
+    user, earlier, now = await two_conversations(
+        running,
+        ids,
+        "my brother tom lives in denver, works as a nurse at UCHealth",
+        ("我哥下周要来看我", "太好了！好久没见了吧？"),
+    )
+    found = await recall(running, user, "他住哪里来着？", session_id=now)
+    assert found[0]["sources"][0]["session_id"] == earlier, found
+
+
 async def test_a_correction_in_the_conversation_stays_above_what_it_replaces(
     running: Running, ids: Callable[[str], str]
 ) -> None:

@@ -115,6 +115,12 @@ def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
         ("我们去吃饭吧", False, False),
         ("你去那儿干嘛", False, False),
         ("我去年很忙", True, False),
+        # Casual chat writes places in lower case.
+        ("my brother tom lives in denver, works as a nurse", False, True),
+        ("the party is at the elks lodge on main st", False, True),
+        ("we moved to austin", False, True),
+        ("I live in fear of spiders", False, False),
+        ("staying in tonight lol", True, False),
     ],
 )
 def test_what_a_statement_names(text: str, time: bool, place: bool) -> None:
