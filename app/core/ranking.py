@@ -437,6 +437,119 @@ def penalty_factor(
     return float(one[0])
 
 
+# --------------------------------------------------------------------------- subjects
+#
+# Whom a statement is about, coarsely: the relatives, people and pets it names, so that a
+# newer statement about one is not taken for an update of an older one about another ("my
+# brother just moved to austin" does not replace "my sister lives in denver"; 女儿最近开始学
+# 小提琴了 does not replace 我儿子在学钢琴). Two names for one person share a class (mom and
+# 妈妈, gf and 老婆, manager and boss); 姐姐 and 妹妹 are both "sister", as English has it.
+_SUBJECT_CLASS: dict[str, frozenset[str]] = {}
+for _cls, _words in {
+    "mother": "mom mum mommy mama mother 妈妈 老妈 母亲 妈",
+    "father": "dad daddy papa father 爸爸 老爸 父亲 爸",
+    "sister": "sister sis 姐姐 妹妹 老姐 老妹 姐 妹",
+    "brother": "brother bro 哥哥 弟弟 老哥 老弟 哥 弟",
+    "son": "son 儿子",
+    "daughter": "daughter 女儿 闺女",
+    "partner": "wife husband hubby wifey gf bf girlfriend boyfriend fiance fiancee fiancé "
+    "fiancée partner spouse 老婆 老公 妻子 丈夫 媳妇 对象 男朋友 女朋友 男友 女友 未婚夫 "
+    "未婚妻 爱人 另一半",
+    "grandmother": "grandma grandmother granny nana 奶奶 外婆 姥姥",
+    "grandfather": "grandpa grandfather granddad gramps 爷爷 外公 姥爷",
+    "aunt": "aunt auntie 姑姑 姨妈 小姨",
+    "uncle": "uncle 舅舅 叔叔 伯伯",
+    "cousin": "cousin 表哥 表姐 表妹 表弟 堂哥 堂姐 堂妹 堂弟",
+    "friend": "friend bestie bff buddy pal 朋友 闺蜜 好友 哥们",
+    "roommate": "roommate flatmate housemate 室友",
+    "boss": "boss manager supervisor 老板 领导 上司",
+    "coworker": "coworker co-worker colleague 同事",
+    "neighbor": "neighbor neighbour 邻居",
+    "dog": "dog puppy pup doggo 狗 狗狗 小狗",
+    "cat": "cat kitten kitty 猫 猫咪 小猫",
+}.items():
+    for _w in _words.split():
+        _SUBJECT_CLASS[_w] = frozenset((_cls,))
+for _w in ("parents", "folks", "父母", "爸妈"):
+    _SUBJECT_CLASS[_w] = frozenset(("mother", "father"))
+_PEOPLE_EN = sorted((w for w in _SUBJECT_CLASS if w.isascii()), key=len, reverse=True)
+_PEOPLE_ZH = sorted((w for w in _SUBJECT_CLASS if not w.isascii()), key=len, reverse=True)
+# English: a person after a possessive (up to two words between: "my old roommate kevin",
+# "my little sister's"); a parent, a grandparent and a pet also bare ("mom's birthday",
+# "we adopted a kitten").
+_BARE_EN = "mom|mum|dad|grandma|grandpa|nana|dog|dogs|puppy|puppies|pup|cat|cats|kitten|kitty"
+_SUBJECT_EN = re.compile(
+    r"\b(?:(?:my|our|his|her|their|the|mom's|dad's)\s+(?:[a-z'-]+\s+){0,2}?"
+    rf"({'|'.join(map(re.escape, _PEOPLE_EN))})(?:s|'s|s')?|({_BARE_EN}))\b",
+    re.IGNORECASE,
+)
+# Chinese: the words wherever they are, longest first (男朋友 before 朋友), except where a
+# single character is part of another word (空姐, 小姐, 哥们儿 is a friend, 徒弟, 他妈的).
+_SUBJECT_ZH = re.compile(
+    r"(?<![空小])(?:" + "|".join(map(re.escape, _PEOPLE_ZH)) + r")(?![们儿子夫])"
+)
+# The speaker as the subject: "i"/"we" (and their contractions), 我 not before someone of
+# theirs (我妈, 我家猫 and 我的 name another's).
+_SELF_EN = re.compile(r"\b(?:i|i'm|im|i've|ive|i'd|i'll|we|we're|we've)\b", re.IGNORECASE)
+_SELF_ZH = re.compile(r"我(?!的|家|们的|" + "|".join(map(re.escape, _PEOPLE_ZH)) + ")")
+SELF = "self"
+
+
+def subjects(text: str) -> frozenset[str]:
+    """The classes of the people and pets a statement names (`_SUBJECT_CLASS`), with
+    `SELF` when the speaker is a subject too. Empty when it names none."""
+    found: set[str] = set()
+    for m in _SUBJECT_EN.finditer(text):
+        word = (m.group(1) or m.group(2)).lower()
+        found |= _SUBJECT_CLASS.get(word, _SUBJECT_CLASS.get(word.rstrip("s"), frozenset()))
+    if _HAS_CJK.search(text) is not None:
+        for m in _SUBJECT_ZH.finditer(text):
+            found |= _SUBJECT_CLASS[m.group()]
+    if not found:
+        return frozenset()
+    if _SELF_EN.search(text) is not None or _SELF_ZH.search(text) is not None:
+        found.add(SELF)
+    return frozenset(found)
+
+
+def about_others(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Two statements about different people or pets: each names someone, neither has the
+    speaker as a subject, and they name no one in common. Either side naming nobody, or
+    the speaker ("I live with my roommate" and "moved in with my gf"), may still be the
+    same fact."""
+    return bool(a) and bool(b) and SELF not in a and SELF not in b and not (a & b)
+
+
+# A statement that adds to what was said, not replaces it: "turns out i'm also allergic to
+# shellfish", "doc says i'm a bit gluten sensitive too", 又报了个普拉提, 我对猫毛也过敏.
+_ADDS = re.compile(
+    r"\b(?:also|too|as well|another|in addition|on top of that)\b|又|也|另外|还有|再加上",
+    re.IGNORECASE,
+)
+
+
+def adds_to(text: str) -> bool:
+    """Does the statement say it comes in addition to something (also, too, 又, 也)?"""
+    return _ADDS.search(text) is not None
+
+
+# A question about how things were, not how they are: "what car did I have?", "where was I
+# living last year?", 我以前住哪？
+_ASKS_PAST = re.compile(
+    r"\b(?:did|was|were|had|used to|ago|last (?:time|year|month|week)|before|previously|"
+    r"originally|at first|back then|formerly|old|first|earlier)\b|"
+    r"以前|之前|原来|当时|那时|上次|第一次|最早|过去|曾经|去年|刚开始|一开始|本来",
+    re.IGNORECASE,
+)
+
+
+def asks_about_now(question: str) -> bool:
+    """Does the question ask how things stand (what phone do I have, 我现在住哪), rather
+    than how they were? Every question that names no past does: a user asks most often
+    about now."""
+    return _ASKS_PAST.search(question) is None
+
+
 # --------------------------------------------------------------------------- changes
 
 

@@ -44,7 +44,6 @@ from app.services.search import (
     holds,
     no_rewrite,
     run_stages,
-    states_change,
     to_result,
 )
 from app.stores import memories as memory_store
@@ -175,25 +174,20 @@ class RecallService:
 
     def _compare(self, spec: SearchSpec) -> Callable[[MemoryPayload], float | None] | None:
         """The hits whose similar turns the index finds, and from which cosine: those that
-        state a change (`NewerFactsFirst`, skipped for a question about a period) and the
-        conversation's turns the rewrite read (`HeldTurnsLast`); a held turn that states a
-        change at the lower of the two."""
-        changes = self._changes.min_similarity if self._changes else None
-        if spec.asks_about_a_period():
-            changes = None
+        may replace an older statement (`NewerFactsFirst.compares`) and the conversation's
+        turns the rewrite read (`HeldTurnsLast`); a hit that is both at the lower of the two."""
+        changes = self._changes.compares(spec) if self._changes else None
         held = self._held.min_similarity if self._held and applies(spec) else None
         if held is None:  # the usual recall: asked of every candidate, so kept to one test
-            if changes is None:
-                return None
-            change_floor = changes
-            return lambda payload: change_floor if states_change(payload) else None
+            return changes
         held_floor = held
 
         def cosine(payload: MemoryPayload) -> float | None:
             floor = held_floor if holds(spec, payload) else None
-            if changes is not None and states_change(payload):
-                return changes if floor is None else min(changes, floor)
-            return floor
+            change = changes(payload) if changes is not None else None
+            if change is None:
+                return floor
+            return change if floor is None else min(change, floor)
 
         return cosine
 

@@ -399,6 +399,9 @@ class TextFacts:
     language: ranking.Language
     states_change: bool
     filler: bool = False  # `ranking.filler`: a reaction that states nothing
+    # `ranking.subjects`: the people and pets it is about (most texts: the shared empty set)
+    subjects: frozenset[str] = frozenset()
+    adds: bool = False  # `ranking.adds_to`: says it comes in addition ("also", 又)
 
     def asks_only(self, max_terms: int) -> bool:
         """`ranking.asks_only`: an assistant turn that is a short question."""
@@ -427,6 +430,8 @@ def text_facts(content: str, role: str | None) -> TextFacts:
         language=ranking.language(text),
         states_change=ranking.states_change(text),
         filler=ranking.filler(role, text),
+        subjects=ranking.subjects(text),
+        adds=ranking.adds_to(text),
     )
 
 
@@ -471,41 +476,115 @@ class MinRelevance:
 
 @dataclass(frozen=True, slots=True)
 class NewerFactsFirst:
-    """A result that states a change (改成, 取消, instead, no longer, moved …) goes just above
-    the highest-ranked older result whose own text is similar (turn-vector cosine ≥
-    `min_similarity`): the statement it most likely replaces. Skipped when the request
-    asks about a period (`time_range`), where the older statement may be the answer.
-    With `as_of` it applies among what existed then: "newer" is relative to that moment.
+    """A newer statement goes just above the highest-ranked older one it most likely
+    replaces: the older result whose own text is similar (turn-vector cosine).
 
-    A result that states a change is compared only with the older ones ranked above it:
-    by the similar hits the index found for it in the same search (`VectorHit.similar`,
-    the embedded index, asked through `VectorQuery.compare_turns`), else by the hits'
-    stored turn vectors (the Qdrant server's, which carry them)."""
+    - A result that states a change in words (改成, 取消, instead, no longer, moved …)
+      replaces one at `min_similarity` or more.
+    - For a question about how things stand (`ranking.asks_about_now`: "what am i driving
+      these days?", 我现在在哪上班？), any statement (not the assistant's, not a summary)
+      the service is confident about (relevance ≥ `confident`) replaces an older one at
+      `restate_similarity` or more, when it is at least `restate_relevance` as relevant and
+      does not say it adds to it ("also", "too", 又, 也): people state most updates without
+      a change word ("sold the civic and got a used model 3", 新工作在腾讯). Not the
+      conversation's own turns, which `HeldTurnsLast` places.
+    - Never across people or pets (`ranking.about_others`): "my brother just moved to
+      austin" does not replace "my sister lives in denver".
+
+    Skipped when the request asks about a period (`time_range`, a named date), where the
+    older statement may be the answer. With `as_of` it applies among what existed then.
+
+    A result is compared only with the older ones ranked above it: by the similar hits
+    the index found for it in the same search (`VectorHit.similar`, the embedded index,
+    asked through `VectorQuery.compare_turns`: `compares`), else by the hits' stored turn
+    vectors (the Qdrant server's, which carry them). bench/README.md, "Updates said
+    without a change word"."""
 
     min_similarity: float = 0.4
+    # None: only a change in words promotes.
+    restate_similarity: float | None = 0.5
+    restate_relevance: float = 0.5
+    confident: float = relevance.CONFIDENT_RELEVANCE
+
+    def restates(self, spec: SearchSpec) -> bool:
+        """Whether a statement without a change word may replace an older one here."""
+        return self.restate_similarity is not None and ranking.asks_about_now(spec.query)
+
+    def compares(self, spec: SearchSpec) -> Callable[[MemoryPayload], float | None] | None:
+        """`VectorQuery.compare_turns` for this search: the hits that may replace another,
+        at the lowest cosine that lets them. None: none may."""
+        if spec.asks_about_a_period():
+            return None
+        change = self.min_similarity
+        restate = self.restate_similarity if self.restates(spec) else None
+        if restate is None:
+            return lambda payload: change if states_change(payload) else None
+        floor = min(change, restate)
+
+        held = applies(spec)
+
+        def compare(payload: MemoryPayload) -> float | None:
+            if states_change(payload):
+                return floor
+            if not _may_restate(payload) or (held and holds(spec, payload)):
+                return None
+            return restate
+
+        return compare
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.asks_about_a_period() or len(candidates) < 2:
             return candidates
+        now = self.restates(spec)
+        # The conversation's own turns (`HeldTurnsLast`) are compared with what they may
+        # update there: a follow-up's "明天就出发去哈尔滨了" is no new value of "下周去哈尔滨
+        # 出差，…零下二十多度" that the question asks for.
+        held = applies(spec)
+        facts = [text_facts(c.hit.payload.content, c.hit.payload.role) for c in candidates]
+        restating = [
+            now
+            and not f.states_change
+            and not f.adds
+            and c.semantic >= self.confident
+            and _may_restate(c.hit.payload)
+            and not (held and holds(spec, c.hit.payload))
+            for c, f in zip(candidates, facts, strict=True)
+        ]
         items = [
             ranking.Statement(
                 created_at=c.hit.payload.created_at.timestamp(),
-                changes=text_facts(c.hit.payload.content, c.hit.payload.role).states_change,
+                changes=f.states_change or r,
             )
-            for c in candidates
+            for c, f, r in zip(candidates, facts, restating, strict=True)
         ]
         if not any(item.changes for item in items):
             return candidates
         hits = [c.hit for c in candidates]
-        by_vectors = ranking.similar_by_vectors(_turn_units(hits), self.min_similarity)
+        cosine = _turn_cosines(hits)
 
-        def similar(i: int, k: int) -> bool:
+        def replaces(i: int, k: int) -> bool:
+            if ranking.about_others(facts[i].subjects, facts[k].subjects):
+                return False
             known = hits[i].similar
-            if known is None:
-                return by_vectors(i, k)
-            return known.get(hits[k].id, -1.0) >= self.min_similarity
+            c = cosine(i, k) if known is None else known.get(hits[k].id)
+            if c is None:
+                return False
+            if not restating[i]:
+                return c >= self.min_similarity
+            assert self.restate_similarity is not None
+            return (
+                c >= self.restate_similarity
+                and hits[k].payload.role != "assistant"
+                and candidates[i].semantic >= self.restate_relevance * candidates[k].semantic
+            )
 
-        return [candidates[i] for i in ranking.promote_changes(items, similar)]
+        return [candidates[i] for i in ranking.promote_changes(items, replaces)]
+
+
+def _may_restate(payload: MemoryPayload) -> bool:
+    """A memory that may state the new value of a fact: not the assistant's, not a
+    summary."""
+    return payload.role != "assistant" and payload.kind != "summary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -591,6 +670,17 @@ def holds(spec: SearchSpec, payload: MemoryPayload) -> bool:
 def states_change(payload: MemoryPayload) -> bool:
     """`VectorQuery.compare_turns` for change promotion: the hits it compares."""
     return text_facts(payload.content, payload.role).states_change
+
+
+def _turn_cosines(hits: Sequence[VectorHit]) -> Callable[[int, int], float | None]:
+    """The cosine of two hits' stored turn vectors (None: either has none)."""
+    unit = _turn_units(hits)
+
+    def cosine(i: int, k: int) -> float | None:
+        a, b = unit(i), unit(k)
+        return None if a is None or b is None else float(a @ b)
+
+    return cosine
 
 
 def _turn_units(hits: Sequence[VectorHit]) -> Callable[[int], NDArray[np.float32] | None]:

@@ -586,14 +586,18 @@ class QdrantEdgeIndex:
         others = [pid for pid in ids if pid in rows]
         matrix = _unit_rows([rows[pid] for pid in others])
         cosines = _unit_rows([rows[pid] for pid in present]) @ matrix.T
-        return {
-            pid: {
-                other: cosine
-                for other, cosine in zip(others, cosines[n].tolist(), strict=True)
-                if other != pid and cosine >= asked[pid]
-            }
-            for n, pid in enumerate(present)
-        }
+        # Thresholded in numpy: a question about now asks this of most hits (~50 × 100),
+        # where a Python test per pair took ~1 ms.
+        floors = np.array([asked[pid] for pid in present], dtype=cosines.dtype)
+        found: dict[uuid.UUID, dict[uuid.UUID, float]] = {pid: {} for pid in present}
+        rows_at, cols_at = np.nonzero(cosines >= floors[:, None])
+        for n, m, cosine in zip(
+            rows_at.tolist(), cols_at.tolist(), cosines[rows_at, cols_at].tolist(), strict=True
+        ):
+            pid, other = present[n], others[m]
+            if other != pid:
+                found[pid][other] = cosine
+        return found
 
     def _terms_of(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[UserKey, list[int]]]:
         """The owner and sparse terms of the points among `ids` the shard holds (under

@@ -10,6 +10,7 @@ import math
 import uuid
 from array import array
 from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -560,7 +561,8 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
 ) -> None:
     """The order is the one `promote_changes` gives with every candidate's turn vector,
     whether the stage compares the hits' stored vectors or reads the similar hits the
-    index found (hits without vectors, as the embedded index returns them)."""
+    index found (hits without vectors, as the embedded index returns them). Only the
+    statements of a change move here (statements without a change word: below)."""
     hits = [
         hit(
             n,
@@ -580,7 +582,7 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
         for h in hits
     ]
     expected = ranking.promote_changes(items, ranking.similar_by_vectors(vectors.__getitem__, 0.4))
-    out = asyncio.run(NewerFactsFirst(0.4)(spec(), pool))
+    out = asyncio.run(NewerFactsFirst(0.4, restate_similarity=None)(spec(), pool))
     assert [c.hit.id.int for c in out] == expected
 
     # As the embedded index returns them: no vectors, and for a hit that states a change
@@ -609,8 +611,86 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
         )
         for n, c in enumerate(pool)
     ]
-    out = asyncio.run(NewerFactsFirst(0.4)(spec(), bare))
+    out = asyncio.run(NewerFactsFirst(0.4, restate_similarity=None)(spec(), bare))
     assert [c.hit.id.int for c in out] == expected
+
+
+def _statement(
+    n: int, content: str, days_old: float, turn: list[float], role: str = "user"
+) -> VectorHit:
+    return hit(n, days_old=days_old, turn=turn, content=f"{role}: {content}", role=role)
+
+
+def _ranked(*hits: VectorHit, semantic: Sequence[float] = ()) -> list[Candidate]:
+    return [
+        Candidate(h, semantic[n] if semantic else 0.8, 1.0, 0.5, 1.0 - n / 100)
+        for n, h in enumerate(hits)
+    ]
+
+
+# Two turn vectors at cosine 0.6: above the 0.5 a statement without a change word needs.
+_OLD_TURN = [1.0, 0.0, 0.0]
+_NEW_TURN = [0.6, 0.8, 0.0]
+
+
+def test_a_newer_statement_without_a_change_word_answers_a_question_about_now() -> None:
+    """ "sold the civic and got a used model 3" goes above "my car is a 2012 honda civic"
+    for "what am i driving these days?", not for "what did i drive before?"."""
+    old = _statement(1, "my car is a 2012 honda civic, what oil should i use?", 28, _OLD_TURN)
+    new = _statement(2, "sold it last weekend and got a used model 3", 2, _NEW_TURN)
+    stage = NewerFactsFirst(0.4)
+    now = asyncio.run(stage(spec(query="what am i driving these days?"), _ranked(old, new)))
+    assert [c.hit.id.int for c in now] == [2, 1]
+    past = asyncio.run(stage(spec(query="what did i drive before?"), _ranked(old, new)))
+    assert [c.hit.id.int for c in past] == [1, 2]
+    # Turned off, or for a question about a period: as ranked.
+    off = NewerFactsFirst(0.4, restate_similarity=None)
+    same = asyncio.run(off(spec(query="what am i driving these days?"), _ranked(old, new)))
+    assert [c.hit.id.int for c in same] == [1, 2]
+    period = spec(query="what am i driving?", created_from=NOW - timedelta(days=60))
+    assert [c.hit.id.int for c in asyncio.run(stage(period, _ranked(old, new)))] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("new_text", "role", "semantic", "turn"),
+    [
+        # says it adds to the older one
+        ("turns out i'm also allergic to shellfish", "user", 0.8, _NEW_TURN),
+        ("发现我对猫毛也过敏", "user", 0.8, _NEW_TURN),
+        # the assistant's words are not the user's new fact
+        ("Sounds like you drive a model 3 now", "assistant", 0.8, _NEW_TURN),
+        # far less relevant than the older one (0.3 of 0.8), or not confidently relevant
+        ("got a used model 3", "user", 0.3, _NEW_TURN),
+        ("got a used model 3", "user", 0.2, _NEW_TURN),
+        # not similar enough (cosine 0.45)
+        ("got a used model 3", "user", 0.8, [0.45, 0.893, 0.0]),
+    ],
+)
+def test_a_newer_statement_without_a_change_word_stays_put(
+    new_text: str, role: str, semantic: float, turn: list[float]
+) -> None:
+    old = _statement(1, "i'm allergic to penicillin, my car is a civic", 30, _OLD_TURN)
+    new = _statement(2, new_text, 3, turn, role=role)
+    out = asyncio.run(
+        NewerFactsFirst(0.4)(
+            spec(query="what is it now?"), _ranked(old, new, semantic=(0.8, semantic))
+        )
+    )
+    assert [c.hit.id.int for c in out] == [1, 2]
+
+
+def test_a_statement_about_someone_else_replaces_nothing() -> None:
+    """ "my brother just moved to austin" (a change word, and similar) stays below "my
+    sister lives in denver"; the same news about the sister goes above it."""
+    sister = _statement(1, "my sister lives in denver, visiting her next month", 27, _OLD_TURN)
+    brother = _statement(2, "my brother just moved to austin", 4, _NEW_TURN)
+    moved = _statement(3, "my sister just moved to austin", 4, _NEW_TURN)
+    stage = NewerFactsFirst(0.4)
+    asked = spec(query="which city is my sister in?")
+    out = asyncio.run(stage(asked, _ranked(sister, brother)))
+    assert [c.hit.id.int for c in out] == [1, 2]
+    out = asyncio.run(stage(asked, _ranked(sister, moved)))
+    assert [c.hit.id.int for c in out] == [3, 1]
 
 
 def test_a_memorys_cached_terms_are_its_distinct_index_terms_packed() -> None:
