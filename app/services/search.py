@@ -488,6 +488,9 @@ class NewerFactsFirst:
       does not say it adds to it ("also", "too", 又, 也): people state most updates without
       a change word ("sold the civic and got a used model 3", 新工作在腾讯). Not the
       conversation's own turns, which `HeldTurnsLast` places.
+    - A change announced, then told ("coach changed the schedule again smh", then "maya's
+      practice is mondays and wednesdays 4:30 now"): the user's next turn in that session,
+      when it is among the results, goes just below the announcement.
     - Never across people or pets (`ranking.about_others`): "my brother just moved to
       austin" does not replace "my sister lives in denver".
 
@@ -570,7 +573,10 @@ class NewerFactsFirst:
             if c is None:
                 return False
             if not restating[i]:
-                return c >= self.min_similarity
+                if c >= self.min_similarity:
+                    announced.append(i)
+                    return True
+                return False
             assert self.restate_similarity is not None
             return (
                 c >= self.restate_similarity
@@ -578,7 +584,46 @@ class NewerFactsFirst:
                 and candidates[i].semantic >= self.restate_relevance * candidates[k].semantic
             )
 
-        return [candidates[i] for i in ranking.promote_changes(items, replaces)]
+        announced: list[int] = []
+        order = ranking.promote_changes(items, replaces)
+        for i in announced:
+            j = _next_user_turn(hits, i)
+            if j is not None and order.index(j) > order.index(i):
+                order.remove(j)
+                order.insert(order.index(i) + 1, j)
+        return [candidates[i] for i in order]
+
+
+def _next_user_turn(hits: Sequence[VectorHit], i: int) -> int | None:
+    """The hit that is the user's next turn after hit `i` in its session (the assistant's
+    reply between them at most), if one is among the hits. A change is often announced
+    and then told: "coach changed the schedule again smh" / "what's the new one?" /
+    "maya's practice is mondays and wednesdays 4:30 now"; 团子的猫粮换了 / 现在吃皇家的."""
+    at = _place(hits[i].payload)
+    if at is None:
+        return None
+    session, seq = at
+    best: tuple[int, int] | None = None
+    for j, h in enumerate(hits):
+        p = h.payload
+        there = _place(p) if p.role == "user" and j != i else None
+        if (
+            there is not None
+            and there[0] == session
+            and seq < there[1] <= seq + 2
+            and (best is None or there[1] < best[0])
+        ):
+            best = (there[1], j)
+    return best[1] if best is not None else None
+
+
+def _place(payload: MemoryPayload) -> tuple[str, int] | None:
+    """The session and seq of a promoted turn (its one source); None for anything else."""
+    if len(payload.sources) != 1:
+        return None
+    source = payload.sources[0]
+    session, seq = source.get("session_id"), source.get("seq")
+    return (session, seq) if isinstance(session, str) and isinstance(seq, int) else None
 
 
 def _may_restate(payload: MemoryPayload) -> bool:

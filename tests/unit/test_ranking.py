@@ -417,3 +417,58 @@ def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
         "天气变成这样真烦人。",
     ]
     assert [t for t in others if ranking.states_change(t)] == []
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "others"),
+    [
+        ("my sister lives in denver", "my brother just moved to austin", True),
+        ("my best friend tom lives in seattle", "my old roommate kevin moved to portland", True),
+        ("mom's birthday is march 3", "dad's bday is march 20", True),
+        ("我哥在杭州工作", "我姐刚去南京读研", True),
+        ("我儿子在学钢琴", "女儿最近开始学小提琴了", True),
+        ("walking my dog biscuit", "my cat knocked the glass over", True),
+        # one person under two names, or in two languages
+        ("my manager dana is great", "he's my boss since the reorg", False),
+        ("我老婆在腾讯上班", "my wife is at bytedance now", False),
+        ("my mom lives with us", "my parents moved to florida", False),
+        # one side names no one, or the speaker is a subject: may be the same fact
+        ("my daughter maya's practice is tuesdays", "maya's practice is mondays now", False),
+        ("i live with my roommate in brooklyn", "moved in with my gf in queens", False),
+        ("我的白色特斯拉", "给我爸买了辆黑色凯美瑞", False),
+        # a word inside another word is no one
+        ("空姐说航班延误了", "我哥在杭州", False),
+    ],
+)
+def test_statements_about_different_people_or_pets(older: str, newer: str, others: bool) -> None:
+    assert ranking.about_others(ranking.subjects(older), ranking.subjects(newer)) is others
+
+
+@pytest.mark.parametrize(
+    ("text", "adds"),
+    [
+        ("turns out i'm also allergic to shellfish", True),
+        ("doc says i'm a bit gluten sensitive too", True),
+        ("周六上午又报了个普拉提", True),
+        ("发现我对猫毛也过敏", True),
+        ("got a used model 3", False),
+        ("新工作在腾讯，下周一入职", False),
+    ],
+)
+def test_a_statement_that_adds_to_another(text: str, adds: bool) -> None:
+    assert ranking.adds_to(text) is adds
+
+
+@pytest.mark.parametrize(
+    ("question", "now"),
+    [
+        ("what am i driving these days?", True),
+        ("我现在在哪上班？", True),
+        ("which city do I live in?", True),
+        ("what car did I have before?", False),
+        ("where was I living last year?", False),
+        ("我以前住哪？", False),
+    ],
+)
+def test_a_question_about_how_things_stand(question: str, now: bool) -> None:
+    assert ranking.asks_about_now(question) is now

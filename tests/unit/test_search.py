@@ -9,8 +9,8 @@ import json
 import math
 import uuid
 from array import array
-from datetime import UTC, datetime, timedelta
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -677,6 +677,35 @@ def test_a_newer_statement_without_a_change_word_stays_put(
         )
     )
     assert [c.hit.id.int for c in out] == [1, 2]
+
+
+def test_a_change_announced_brings_the_users_next_turn_along() -> None:
+    """ "coach changed the schedule again smh" goes above the old schedule, and the user's
+    next turn in that session (the new schedule, after the assistant's question) just
+    below it; a user turn further on, or in another session, stays where it ranked."""
+
+    def turn(
+        n: int, text: str, days: float, session: str, seq: int, role: str = "user"
+    ) -> VectorHit:
+        return hit(
+            n,
+            days_old=days,
+            turn=_NEW_TURN if n == 2 else _OLD_TURN,
+            content=f"{role}: {text}",
+            role=role,
+            session_id=session,
+            sources=[{"session_id": session, "message_id": f"m{seq}", "seq": seq}],
+        )
+
+    old = turn(1, "maya's soccer practice is tuesdays and thursdays at 5", 15, "a", 1)
+    echo = turn(5, "Got it, Tue/Thu at 5.", 15, "a", 2, role="assistant")
+    announced = turn(2, "coach changed the schedule again smh", 4, "b", 1)
+    later = turn(6, "anyway she scored twice", 4, "b", 5)
+    told = turn(3, "mondays and wednesdays 4:30", 4, "b", 3)
+    elsewhere = turn(4, "mondays are busy", 4, "c", 3)
+    ranked_in = _ranked(old, echo, later, elsewhere, told, announced)
+    out = asyncio.run(NewerFactsFirst(0.4, restate_similarity=None)(spec(), ranked_in))
+    assert [c.hit.id.int for c in out] == [2, 3, 1, 5, 6, 4]
 
 
 def test_a_statement_about_someone_else_replaces_nothing() -> None:
