@@ -54,7 +54,13 @@ from app.services.reindex import Reindexer
 from app.services.reinforcing import Reinforcer
 from app.services.rewrite import RewriteService
 from app.services.scratchpad import ScratchpadService
-from app.services.search import HeldTurnsLast, MinRelevance, NewerFactsFirst, ScoreConfig
+from app.services.search import (
+    HeldTurnsLast,
+    MinRelevance,
+    NewerFactsFirst,
+    ScoreConfig,
+    UserWordsFirst,
+)
 from app.services.summaries import SummaryConfig, SummaryService
 from app.services.users import ErasureService, ExportService, UserSections
 from app.settings import Settings
@@ -242,11 +248,13 @@ def _recall(r: Resources, rewrite: RewriteService) -> RecallService:
         r.embedder,
         recall_config(r.settings),
         rewriter=rewrite.for_search,
-        # docs/seams.md: newer statements of a change first, then the relevance floor.
+        # docs/seams.md: the user's words above the replies to them, newer statements of a
+        # change first, then the relevance floor.
         # The held turns first: a correction among them is then put back above what it
         # replaces (`NewerFactsFirst`).
         stages=[
             HeldTurnsLast(),
+            UserWordsFirst(),
             NewerFactsFirst(r.settings.change_similarity),
             MinRelevance(),
         ],

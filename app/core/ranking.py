@@ -550,6 +550,48 @@ def asks_about_now(question: str) -> bool:
     return _ASKS_PAST.search(question) is None
 
 
+# --------------------------------------------------------------------------- the user's own words
+#
+# A question about the user ("when do i usually work out?", 我早上一般喝点啥？) that does not
+# ask what the assistant said ("what did you recommend?", 你推荐的那家叫什么？).
+_FIRST_PERSON = re.compile(
+    r"\b(?:i|i'm|im|i've|i'd|me|my|mine|myself|we|we're|our|ours|us)\b|我", re.IGNORECASE
+)
+_ASKS_ASSISTANT = re.compile(
+    r"\byou(?:'ve| have| had)?\s+(?:\w+\s+){0,2}?(?:recommend|suggest|said|say|told|tell|"
+    r"mention|propose|pick|book|found|find|gave|give|came up|list|wrote|write|think|thought|"
+    r"advise)\w*|\byour (?:recommendation|suggestion|advice|idea|pick|list|answer|tip)s?\b|"
+    r"你(?:\S{0,3})(?:推荐|建议|说|提到|给我|帮我|列|写|觉得)|您",
+    re.IGNORECASE,
+)
+# A turn whose last sentence asks: the reply after it answers it ("I'm going to Rome, what
+# should I see?"), so the reply is the answer. Casual chat often drops the question mark
+# ("should i park or use the cell phone lot"), so a last clause that opens like a question
+# asks too.
+_ENDS_ASKING = re.compile(r"[?？]\s*\W*$|[吗呢嘛][\s\W]*$")
+_CLAUSES = re.compile(r"[.!?。！？\n]+")
+_ASKS_EN = re.compile(
+    r"^\W*(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|where|when|how|"
+    r"which|who|whom|why|any|anything|anyone|recommend|suggest|ideas?)\b",
+    re.IGNORECASE,
+)
+_ASKS_ZH = re.compile(r"什么|啥|哪|怎么|几|多少|要不要|是不是|能不能|可不可以|有没有|好不好")
+
+
+def asks_about_user(question: str) -> bool:
+    """Does the question ask about the user (first person), not about what the assistant
+    said?"""
+    return _FIRST_PERSON.search(question) is not None and _ASKS_ASSISTANT.search(question) is None
+
+
+def ends_asking(text: str) -> bool:
+    """Does the turn end with a question (marked, or a last clause that opens like one)?"""
+    if _ENDS_ASKING.search(text) is not None:
+        return True
+    last = next((c for c in reversed(_CLAUSES.split(text)) if c.strip()), "")
+    return _ASKS_EN.search(last) is not None or _ASKS_ZH.search(last) is not None
+
+
 # --------------------------------------------------------------------------- changes
 
 

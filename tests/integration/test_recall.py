@@ -516,6 +516,39 @@ async def test_a_stated_change_ranks_above_the_statement_it_replaces(
     assert window[0] == f"user: {old}", window
 
 
+async def test_an_update_said_without_a_change_word_answers_a_question_about_now(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Through the API, in each mode (the embedded index compares the statements in its
+    own call, the server's hits by their vectors): the son's new school, told without a
+    change word, goes above the old one for a question about now, not for one about
+    before."""
+    user, session = ids("user"), ids("session")
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("儿子在实验小学上二年级，作业好多啊", id="old",
+                 created_at="2026-09-01T20:00:00Z"),
+            turn("二年级作业确实不少，可以帮他排个时间表。", id="r1", role="assistant",
+                 created_at="2026-09-01T20:01:00Z"),
+            turn("儿子转到育才小学第一周，说新同学挺好的", id="new",
+                 created_at="2026-09-20T20:00:00Z"),
+            turn("适应得不错！离家近吗？", id="r2", role="assistant",
+                 created_at="2026-09-20T20:01:00Z"),
+        ],
+    )  # fmt: skip
+
+    def order(found: list[dict[str, Any]]) -> list[str]:
+        return [r["sources"][0]["message_id"] for r in found]
+
+    now = order(await recall(running, user, "我儿子在哪个学校上学？", min_relevance=0))
+    assert now.index("new") < now.index("old"), now
+    before = order(await recall(running, user, "我儿子以前在哪个学校上学？", min_relevance=0))
+    assert before.index("old") < before.index("new"), before
+
+
 async def test_reinforcement_outlives_a_restart_of_the_embedded_service(
     tmp_path: Path, start_app: Callable[[Settings], Any]
 ) -> None:

@@ -28,6 +28,7 @@ from app.services.search import (
     Pool,
     Score,
     SearchSpec,
+    UserWordsFirst,
     _unit,
     fused_pool,
     no_rewrite,
@@ -704,8 +705,12 @@ def test_a_change_announced_brings_the_users_next_turn_along() -> None:
     told = turn(3, "mondays and wednesdays 4:30", 4, "b", 3)
     elsewhere = turn(4, "mondays are busy", 4, "c", 3)
     ranked_in = _ranked(old, echo, later, elsewhere, told, announced)
-    out = asyncio.run(NewerFactsFirst(0.4, restate_similarity=None)(spec(), ranked_in))
+    stage = NewerFactsFirst(0.4, restate_similarity=None)
+    out = asyncio.run(stage(spec(query="when is my kid's soccer?"), ranked_in))
     assert [c.hit.id.int for c in out] == [2, 3, 1, 5, 6, 4]
+    # Asked about someone else (LoCoMo's speakers), only the announcement moves.
+    out = asyncio.run(stage(spec(query="When is Maya's soccer?"), ranked_in))
+    assert [c.hit.id.int for c in out] == [2, 1, 5, 6, 4, 3]
 
 
 def test_a_statement_about_someone_else_replaces_nothing() -> None:
@@ -834,3 +839,46 @@ def test_relevance_weights_for_another_encoder_replace_the_bundled_calibration(
 def test_relevance_weights_are_all_five_and_finite(weights: dict[str, float], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Settings(_env_file=None, relevance_weights=weights)
+
+
+def _exchange(n: int, text: str, session: str, seq: int, role: str) -> VectorHit:
+    return hit(
+        n,
+        content=f"{role}: {text}",
+        role=role,
+        session_id=session,
+        sources=[{"session_id": session, "message_id": f"m{seq}", "seq": seq}],
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "said", "semantic", "first"),
+    [
+        # the user's words above the reply they drew
+        ("when do i usually work out?", "tues and thurs evenings is the routine lately", 0.7, 2),
+        ("我早上一般喝点啥？", "早上不来杯美式根本醒不过来", 0.7, 2),
+        # a question about what the assistant said: the reply is the answer
+        ("what did you recommend for my evenings?", "tues and thurs evenings lately", 0.7, 1),
+        # not about the user
+        ("When does Caroline work out?", "tues and thurs evenings lately", 0.7, 1),
+        # the user's turn asked, so the reply answers it
+        ("what should I see in Rome?", "I'm going to Rome, what should I see?", 0.7, 1),
+        # ... also without its question mark
+        ("where do i park at the airport?", "should i park or use the cell phone lot", 0.7, 1),
+        # the user's turn is not relevant enough on its own
+        ("when do i usually work out?", "lol yeah", 0.1, 1),
+        # nor about whom the question asks
+        ("我家猫叫啥名字？", "又领养了一只小狗，叫汤圆", 0.7, 1),
+    ],
+)
+def test_the_users_own_words_go_above_the_reply_to_them(
+    question: str, said: str, semantic: float, first: int
+) -> None:
+    reply = _exchange(1, "Nice work! Evening sessions can feel stronger too.", "s", 4, "assistant")
+    turn = _exchange(2, said, "s", 3, "user")
+    other = _exchange(3, "unrelated reply", "s", 9, "assistant")
+    pool = _ranked(reply, other, turn, semantic=(0.95, 0.5, semantic))
+    out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
+    ids = [c.hit.id.int for c in out]
+    assert ids[0] == first
+    assert ids.index(3) > ids.index(1)  # nothing else moves
