@@ -592,6 +592,15 @@ def ends_asking(text: str) -> bool:
     return _ASKS_EN.search(last) is not None or _ASKS_ZH.search(last) is not None
 
 
+def names_speaker(query: str, speaker: str) -> bool:
+    """Does the query name the speaker: as a whole word, case aside (a Chinese name, which
+    has no word boundaries, anywhere in it)?"""
+    if _CJK.search(speaker):
+        return speaker in query
+    pattern = rf"(?<!\w){re.escape(speaker)}(?!\w)"
+    return re.search(pattern, query, re.IGNORECASE) is not None
+
+
 # --------------------------------------------------------------------------- changes
 
 

@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core import packing
+from app.core import packing, ranking
 from app.core.relevance import DEFAULT_MIN_RELEVANCE
 from app.core.rewrite import Turn
 from app.core.tokens import TokenCounter
@@ -227,20 +227,11 @@ def memory_speaker(r: RecallResult) -> str | None:
     return speaker
 
 
-def names_speaker(query: str, speaker: str) -> bool:
-    """Does the query name the speaker: as a whole word, case aside (a Chinese name, which
-    has no word boundaries, anywhere in it)?"""
-    if _CJK.search(speaker):
-        return speaker in query
-    pattern = rf"(?<!\w){re.escape(speaker)}(?!\w)"
-    return re.search(pattern, query, re.IGNORECASE) is not None
-
-
 def named_speakers(memories: Sequence[RecallResult], query: str) -> frozenset[str]:
     """The speakers of `memories` whom the query names (each speaker asked once: a list
     of a hundred memories has a few)."""
     speakers = {s for r in memories if (s := memory_speaker(r)) is not None}
-    return frozenset(s for s in speakers if names_speaker(query, s))
+    return frozenset(s for s in speakers if ranking.names_speaker(query, s))
 
 
 def without_names(query: str, names: Sequence[str]) -> str:
@@ -666,7 +657,7 @@ class _Ahead:
         cls, recall: RecallService, spec: SearchSpec, query: str, speakers: set[str]
     ) -> _Ahead | None:
         """Started when the query names some of `speakers` (the conversation's)."""
-        named = sorted(s for s in speakers if names_speaker(query, s))
+        named = sorted(s for s in speakers if ranking.names_speaker(query, s))
         unnamed = without_names(query, named)
         if not named or not re.search(r"\w", unnamed):
             return None

@@ -528,18 +528,21 @@ class NewerFactsFirst:
 
     - A result that states a change in words (改成, 取消, instead, no longer, moved …)
       replaces one at `min_similarity` or more.
-    - For a question about how the user's things stand (`ranking.asks_about_now` and
-      `ranking.asks_about_user`: "what am i driving these days?", 我现在在哪上班？), any
-      statement (not the assistant's, not a summary)
+    - For a question about how things stand (`ranking.asks_about_now`: "what am i driving
+      these days?", 我现在在哪上班？, 去大阪的航班号是多少？), unless it names a speaker of
+      the results and is not about the user (LoCoMo's "What is Caroline's identity?"
+      gathers what she said across sessions, where the older statements are answers too),
+      any statement (not the assistant's, not a summary)
       the service is confident about (relevance ≥ `confident`) replaces an older one at
       `restate_similarity` or more, when it is at least `restate_relevance` as relevant and
       does not say it adds to it ("also", "too", 又, 也): people state most updates without
       a change word ("sold the civic and got a used model 3", 新工作在腾讯). Not the
       conversation's own turns, which `HeldTurnsLast` places.
-    - A change announced, then told ("coach changed the schedule again smh", then "maya's
-      practice is mondays and wednesdays 4:30 now"): for a question about the user, the
-      user's next turn in that session, when it is among the results, goes just below the
-      announcement.
+    - A change the user announced, then told ("coach changed the schedule again smh", then
+      "maya's practice is mondays and wednesdays 4:30 now"): for a question about the
+      user, the user's next turn in that session, when it is among the results and is
+      neither a reaction ("Thanks!") nor a question ("Do I need to bring anything?"), goes
+      just below the announcement.
     - Never across people or pets (`ranking.about_others`): "my brother just moved to
       austin" does not replace "my sister lives in denver".
 
@@ -559,12 +562,10 @@ class NewerFactsFirst:
     confident: float = relevance.CONFIDENT_RELEVANCE
 
     def restates(self, spec: SearchSpec) -> bool:
-        """Whether a statement without a change word may replace an older one here."""
-        return (
-            self.restate_similarity is not None
-            and ranking.asks_about_now(spec.query)
-            and ranking.asks_about_user(spec.query)
-        )
+        """Whether a statement without a change word may replace an older one here: a
+        question about now (`ranking.asks_about_now`). `__call__` also leaves out one that
+        names a speaker of the results and is not about the user."""
+        return self.restate_similarity is not None and ranking.asks_about_now(spec.query)
 
     def compares(self, spec: SearchSpec) -> Callable[[MemoryPayload], float | None] | None:
         """`VectorQuery.compare_turns` for this search: the hits that may replace another,
@@ -591,7 +592,9 @@ class NewerFactsFirst:
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.asks_about_a_period() or len(candidates) < 2:
             return candidates
-        now = self.restates(spec)
+        now = self.restates(spec) and (
+            ranking.asks_about_user(spec.query) or not _names_a_speaker(spec.query, candidates)
+        )
         # The conversation's own turns (`HeldTurnsLast`) are compared with what they may
         # update there: a follow-up's "明天就出发去哈尔滨了" is no new value of "下周去哈尔滨
         # 出差，…零下二十多度" that the question asks for.
@@ -642,11 +645,29 @@ class NewerFactsFirst:
         # The user's next turn, for a question about the user: LoCoMo's speakers announce
         # and go on about other things (R@5 0.684 → 0.677 when it applied to them).
         for i in announced if ranking.asks_about_user(spec.query) else ():
-            j = _next_user_turn(hits, i)
-            if j is not None and order.index(j) > order.index(i):
+            j = _next_user_turn(hits, i) if hits[i].payload.role == "user" else None
+            if j is None or order.index(j) < order.index(i):
+                continue
+            told = MemoryPayload.text_of(hits[j].payload.content, "user")
+            if not (facts[j].filler or ranking.ends_asking(told)):
                 order.remove(j)
                 order.insert(order.index(i) + 1, j)
         return [candidates[i] for i in order]
+
+
+def _names_a_speaker(query: str, candidates: Sequence[Candidate]) -> bool:
+    """Does the question name someone who speaks in the results (LoCoMo's "What is
+    Caroline's identity?" over "Caroline: …")? Such a question gathers what that person
+    said across many sessions, where the older statements are answers too."""
+    speakers = {
+        speaker
+        for c in candidates
+        if c.hit.payload.role is not None
+        and (speaker := c.hit.payload.content.partition(": ")[0].strip())
+        and speaker not in ("user", "assistant")
+        and len(speaker) <= 64
+    }
+    return any(ranking.names_speaker(query, s) for s in speakers)
 
 
 def _next_user_turn(hits: Sequence[VectorHit], i: int) -> int | None:

@@ -7,13 +7,13 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
+from app.core.ranking import names_speaker
 from app.schemas.common import Source
 from app.schemas.recall import RecallResult, Scores
 from app.services.context import (
     ContextService,
     _Ahead,
     memory_speaker,
-    names_speaker,
     speaker_first,
     without_names,
 )
