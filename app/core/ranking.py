@@ -581,7 +581,12 @@ _ASKS_ZH = re.compile(r"什么|啥|哪|怎么|几|多少|要不要|是不是|能
 def asks_about_user(question: str) -> bool:
     """Does the question ask about the user (first person), not about what the assistant
     said?"""
-    return _FIRST_PERSON.search(question) is not None and _ASKS_ASSISTANT.search(question) is None
+    return _FIRST_PERSON.search(question) is not None and not asks_assistant(question)
+
+
+def asks_assistant(question: str) -> bool:
+    """Does the question ask what the assistant said ("what did you recommend?", 你推荐的)?"""
+    return _ASKS_ASSISTANT.search(question) is not None
 
 
 def ends_asking(text: str) -> bool:

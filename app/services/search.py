@@ -476,8 +476,9 @@ class MinRelevance:
 
 @dataclass(frozen=True, slots=True)
 class UserWordsFirst:
-    """For a question about the user (`ranking.asks_about_user`: "when do i usually work
-    out?", 我早上一般喝点啥？), a user turn goes just above the assistant's reply to it when
+    """For a question about the user or their world (first person, "when do i usually work
+    out?", 我早上一般喝点啥？, or naming no speaker of the results, "whats his number?", 他吃
+    的那个降压药叫啥来着), a user turn goes just above the assistant's reply to it when
     the reply ranked higher and the turn is itself relevant (≥ `confident`) and not about
     someone else than the question (`ranking.about_others`: "又领养了一只小狗" for 我家猫叫
     啥名字？). A reply's
@@ -485,13 +486,16 @@ class UserWordsFirst:
     Evening sessions can feel stronger too." (0.95) came above "just back from the gym,
     tues and thurs evenings after my shift is the routine lately" (0.70), the user's own
     words. Left as ranked: a question about what the assistant said ("what did you
-    recommend?", 你推荐的…), and a turn that ends asking ("I'm going to Rome, what should
-    I see?"), whose reply is the answer."""
+    recommend?", 你推荐的…), a turn that ends asking ("I'm going to Rome, what should
+    I see?"), whose reply is the answer, and a question that names a speaker of the results
+    (LoCoMo's "What did Melanie paint?", whose second speaker is the `assistant`)."""
 
     confident: float = relevance.CONFIDENT_RELEVANCE
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
-        if len(candidates) < 2 or not ranking.asks_about_user(spec.query):
+        if len(candidates) < 2 or ranking.asks_assistant(spec.query):
+            return candidates
+        if not ranking.asks_about_user(spec.query) and _names_a_speaker(spec.query, candidates):
             return candidates
         asked = ranking.subjects(spec.query)
         places = {

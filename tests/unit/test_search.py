@@ -859,8 +859,8 @@ def _exchange(n: int, text: str, session: str, seq: int, role: str) -> VectorHit
         ("我早上一般喝点啥？", "早上不来杯美式根本醒不过来", 0.7, 2),
         # a question about what the assistant said: the reply is the answer
         ("what did you recommend for my evenings?", "tues and thurs evenings lately", 0.7, 1),
-        # not about the user
-        ("When does Caroline work out?", "tues and thurs evenings lately", 0.7, 1),
+        # about someone of theirs, naming no speaker
+        ("whats his number?", "guy named marco, his number is 555-0142", 0.7, 2),
         # the user's turn asked, so the reply answers it
         ("what should I see in Rome?", "I'm going to Rome, what should I see?", 0.7, 1),
         # ... also without its question mark
@@ -882,3 +882,26 @@ def test_the_users_own_words_go_above_the_reply_to_them(
     ids = [c.hit.id.int for c in out]
     assert ids[0] == first
     assert ids.index(3) > ids.index(1)  # nothing else moves
+
+
+def test_a_question_naming_a_speaker_leaves_the_replies_where_they_ranked() -> None:
+    """LoCoMo's speakers are `user` and `assistant` by role and named in the text: "What
+    did Melanie paint?" is answered by the second speaker's turns."""
+
+    def said(n: int, name: str, text: str, seq: int, role: str) -> VectorHit:
+        return hit(
+            n,
+            content=f"{name}: {text}",
+            role=role,
+            session_id="s",
+            sources=[{"session_id": "s", "message_id": f"m{seq}", "seq": seq}],
+        )
+
+    reply = said(1, "Melanie", "I painted a lake at sunrise last week!", 4, "assistant")
+    turn = said(2, "Caroline", "I love the paintings you showed me, Mel.", 3, "user")
+    pool = _ranked(reply, turn, semantic=(0.9, 0.7))
+    out = asyncio.run(UserWordsFirst()(spec(query="What did Melanie paint?"), pool))
+    assert [c.hit.id.int for c in out] == [1, 2]
+    # Naming no one who speaks, the user's words go first (as for everyday chat).
+    out = asyncio.run(UserWordsFirst()(spec(query="what did she paint?"), pool))
+    assert [c.hit.id.int for c in out] == [2, 1]
