@@ -589,6 +589,22 @@ def asks_assistant(question: str) -> bool:
     return _ASKS_ASSISTANT.search(question) is not None
 
 
+# What a reply may add to the turn before it: a number (九十天, 555-0142) or a name inside
+# a sentence ("Hoshi Noodle Bar might be a fun pick").
+_SPECIFIC = re.compile(
+    r"\d+(?:[.:]\d+)?|[一二三四五六七八九十百千万两半]{2,}|"
+    r"[一二三四五六七八九十百千万两半](?=[天个岁年月号点块元次周杯斤分])|"
+    r"(?<![.!?]\s)(?<=\s)[A-Z][A-Za-z'-]+"
+)
+
+
+def adds_specifics(reply: str, turn: str) -> bool:
+    """Does the reply name a number or a name the turn before it does not? Then it states
+    something of its own ("太平洋那款的等待期是九十天"), not only a reaction to the turn."""
+    said = turn.lower()
+    return any(m.group().lower() not in said for m in _SPECIFIC.finditer(reply))
+
+
 def ends_asking(text: str) -> bool:
     """Does the turn end with a question (marked, or a last clause that opens like one)?"""
     if _ENDS_ASKING.search(text) is not None:

@@ -485,12 +485,18 @@ class UserWordsFirst:
     indexed vector holds the turn before it (docs/architecture.md §3), so "Nice work!
     Evening sessions can feel stronger too." (0.95) came above "just back from the gym,
     tues and thurs evenings after my shift is the routine lately" (0.70), the user's own
-    words. Left as ranked: a question about what the assistant said ("what did you
+    words. Left as ranked: a reply that names a number or a name the turn does not
+    (`ranking.adds_specifics`: "太平洋那款的等待期是九十天" after "我还给我爸妈各买了一份
+    重疾险"), a turn more than `within` places below its reply, a question about what the
+    assistant said ("what did you
     recommend?", 你推荐的…), a turn that ends asking ("I'm going to Rome, what should
     I see?"), whose reply is the answer, and a question that names a speaker of the results
     (LoCoMo's "What did Melanie paint?", whose second speaker is the `assistant`)."""
 
     confident: float = relevance.CONFIDENT_RELEVANCE
+    # How far below its reply the turn may be: further down, moving it pushes every result
+    # between them down a place (followups.py's 她的生日是七月九号 fell out of the top 5).
+    within: int = 3
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if len(candidates) < 2 or ranking.asks_assistant(spec.query):
@@ -515,9 +521,11 @@ class UserWordsFirst:
             turn = candidates[u]
             text = MemoryPayload.text_of(turn.hit.payload.content, "user")
             if (
-                turn.semantic < self.confident
+                order.index(u) - order.index(n) > self.within
+                or turn.semantic < self.confident
                 or ranking.ends_asking(text)
                 or ranking.about_others(asked, ranking.subjects(text))
+                or ranking.adds_specifics(MemoryPayload.text_of(p.content, p.role), text)
             ):
                 continue
             order.remove(u)
@@ -539,7 +547,8 @@ class NewerFactsFirst:
       any statement (not the assistant's, not a summary)
       the service is confident about (relevance ≥ `confident`) replaces an older one at
       `restate_similarity` or more, when it is at least `restate_relevance` as relevant and
-      does not say it adds to it ("also", "too", 又, 也): people state most updates without
+      does not say it adds to it ("also", "too", 又, 也) and, for a question that asks for
+      a time or a place, names one: people state most updates without
       a change word ("sold the civic and got a used model 3", 新工作在腾讯). Not the
       conversation's own turns, which `HeldTurnsLast` places.
     - A change the user announced, then told ("coach changed the schedule again smh", then
@@ -604,6 +613,9 @@ class NewerFactsFirst:
         # 出差，…零下二十多度" that the question asks for.
         held = applies(spec)
         facts = [text_facts(c.hit.payload.content, c.hit.payload.role) for c in candidates]
+        # A new value answers what the question asks for: a time for "几点起飞", a place
+        # for "which city" ("我朋友推荐我在成都去看大熊猫基地" is no new departure time).
+        kind = ranking.asks_for(spec.query) if now else None
         restating = [
             now
             and not f.states_change
@@ -611,6 +623,7 @@ class NewerFactsFirst:
             and c.semantic >= self.confident
             and _may_restate(c.hit.payload)
             and not (held and holds(spec, c.hit.payload))
+            and (kind is None or names_of(c.hit.payload.content, c.hit.payload.role, kind))
             for c, f in zip(candidates, facts, strict=True)
         ]
         items = [

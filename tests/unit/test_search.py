@@ -905,3 +905,22 @@ def test_a_question_naming_a_speaker_leaves_the_replies_where_they_ranked() -> N
     # Naming no one who speaks, the user's words go first (as for everyday chat).
     out = asyncio.run(UserWordsFirst()(spec(query="what did she paint?"), pool))
     assert [c.hit.id.int for c in out] == [2, 1]
+
+
+def test_a_reply_that_adds_a_number_or_a_name_stays_above_the_turn() -> None:
+    """ "太平洋那款的等待期是九十天" answers 等待期是多久 itself; and a turn far below its
+    reply stays where it ranked (moving it would push down every result between)."""
+    reply = _exchange(1, "重疾险对长辈很重要。太平洋那款的等待期是九十天。", "s", 8, "assistant")
+    turn = _exchange(2, "另外我还给我爸妈各买了一份重疾险，是太平洋保险的。", "s", 7, "user")
+    pool = _ranked(reply, turn, semantic=(0.97, 0.94))
+    out = asyncio.run(UserWordsFirst()(spec(query="我给爸妈买的保险等待期是多久？"), pool))
+    assert [c.hit.id.int for c in out] == [1, 2]
+    plain = _exchange(1, "Nice work! Evening sessions can feel stronger too.", "s", 4, "assistant")
+    mine = _exchange(2, "tues and thurs evenings is the routine lately", "s", 3, "user")
+    between = [_exchange(n, f"other {n}", "t", n, "assistant") for n in range(3, 7)]
+    far = _ranked(plain, *between, mine)
+    out = asyncio.run(UserWordsFirst()(spec(query="when do i usually work out?"), far))
+    assert out[0].hit.id.int == 1
+    near = _ranked(plain, *between[:2], mine, *between[2:])
+    out = asyncio.run(UserWordsFirst()(spec(query="when do i usually work out?"), near))
+    assert out[0].hit.id.int == 2
