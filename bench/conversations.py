@@ -19,8 +19,9 @@ Four sets, each written by someone who saw neither the code's rules nor the othe
 `conversations_heldout.json` (71; measured, then its failures read once),
 `conversations_fresh.json` (60; measured once for bench/README.md) and
 `conversations_updates.json` (50 updates and similar statements both still true) and
-`conversations_updates2.json` (60 of the same kinds, written for the rules of
-bench/README.md "Updates said without a change word" and measured once, after them). Use a
+`conversations_updates2.json` (60 of the same kinds, written by someone who saw neither
+the code nor the other sets while the rules of bench/README.md "Updates said without a
+change word" were made, and measured once, after them). Use a
 new `--prefix` for each run on the same data dir.
 """
 

@@ -548,7 +548,8 @@ class NewerFactsFirst:
       the service is confident about (relevance ≥ `confident`) replaces an older one at
       `restate_similarity` or more, when it is at least `restate_relevance` as relevant and
       does not say it adds to it ("also", "too", 又, 也) and, for a question that asks for
-      a time or a place, names one: people state most updates without
+      a time or a place, names one, and is not about someone else than the question
+      ("we adopted a kitten" for "what's my dog's name?"): people state most updates without
       a change word ("sold the civic and got a used model 3", 新工作在腾讯). Not the
       conversation's own turns, which `HeldTurnsLast` places.
     - A change the user announced, then told ("coach changed the schedule again smh", then
@@ -616,6 +617,9 @@ class NewerFactsFirst:
         # A new value answers what the question asks for: a time for "几点起飞", a place
         # for "which city" ("我朋友推荐我在成都去看大熊猫基地" is no new departure time).
         kind = ranking.asks_for(spec.query) if now else None
+        # Nor about someone else than the question asks about: "we adopted a kitten!! her
+        # name is pepper" is no new name of "my dog".
+        asked = ranking.subjects(spec.query) - {ranking.SELF} if now else frozenset()
         restating = [
             now
             and not f.states_change
@@ -624,6 +628,7 @@ class NewerFactsFirst:
             and _may_restate(c.hit.payload)
             and not (held and holds(spec, c.hit.payload))
             and (kind is None or names_of(c.hit.payload.content, c.hit.payload.role, kind))
+            and not ranking.about_others(asked, f.subjects - {ranking.SELF})
             for c, f in zip(candidates, facts, strict=True)
         ]
         items = [

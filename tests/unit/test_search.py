@@ -713,6 +713,17 @@ def test_a_change_announced_brings_the_users_next_turn_along() -> None:
     assert [c.hit.id.int for c in out] == [2, 1, 5, 6, 4, 3]
 
 
+def test_a_newer_statement_about_another_pet_does_not_answer_for_the_first() -> None:
+    """ "we adopted a kitten!! her name is pepper" restates no name of "my dog"."""
+    dog = _statement(1, "my dog biscuit ate an entire sock today", 55, _OLD_TURN)
+    kitten = _statement(2, "we adopted a kitten!! her name is pepper", 12, _NEW_TURN)
+    stage = NewerFactsFirst(0.4)
+    out = asyncio.run(stage(spec(query="what's my dog's name?"), _ranked(dog, kitten)))
+    assert [c.hit.id.int for c in out] == [1, 2]
+    out = asyncio.run(stage(spec(query="what's my pet's name?"), _ranked(dog, kitten)))
+    assert [c.hit.id.int for c in out] == [2, 1]
+
+
 def test_a_statement_about_someone_else_replaces_nothing() -> None:
     """ "my brother just moved to austin" (a change word, and similar) stays below "my
     sister lives in denver"; the same news about the sister goes above it."""
