@@ -572,7 +572,7 @@ class NewerFactsFirst:
     min_similarity: float = 0.4
     # None: only a change in words promotes.
     restate_similarity: float | None = 0.5
-    restate_relevance: float = 0.5
+    restate_relevance: float = 0.7
     confident: float = relevance.CONFIDENT_RELEVANCE
 
     def restates(self, spec: SearchSpec) -> bool:
