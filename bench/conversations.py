@@ -21,7 +21,8 @@ Four sets, each written by someone who saw neither the code's rules nor the othe
 `conversations_updates.json` (50 updates and similar statements both still true) and
 `conversations_updates2.json` (60 of the same kinds, written by someone who saw neither
 the code nor the other sets while the rules of bench/README.md "Updates said without a
-change word" were made, and measured once, after them). Use a
+change word" were made, and measured once, after them), and `conversations_updates3.json`
+(60 more, written the same way and measured once at the end). Use a
 new `--prefix` for each run on the same data dir.
 """
 

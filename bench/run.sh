@@ -8,7 +8,7 @@
 # development set in bench/data/), longmemeval (LONGMEMEVAL=path/to/longmemeval_s*.json.xz),
 # userdata (export and erasure of a large user, docs/privacy.md; USERDATA_ARGS=...),
 # everyday (bench/data/everyday.json, then the held-out bench/data/bilingual_dev2.json, then
-# the short conversations of bench/data/conversations_{dev,heldout,fresh,updates,updates2}.json; issue 40).
+# the short conversations of bench/data/conversations_{dev,heldout,fresh,updates,updates2,updates3}.json; issue 40).
 #
 # Each benchmark gets its own server process on a free 127.0.0.1 port with a fresh temporary
 # data dir, so one benchmark's data and warm caches never colour the other's. Results (JSON, the
@@ -129,7 +129,7 @@ if [[ "$SUITES" == *" everyday "* ]]; then
         --out "$RESULTS/bilingual-dev2-$STAMP.json" |
         tee "$RESULTS/bilingual-dev2-$STAMP.txt" || status=1
     stop_server
-    for set in dev heldout fresh updates updates2; do
+    for set in dev heldout fresh updates updates2 updates3; do
         start_server "conversations-$set"
         "$PY" bench/conversations.py --url "http://127.0.0.1:$PORT" \
             --data "bench/data/conversations_$set.json" \
