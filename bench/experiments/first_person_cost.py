@@ -41,8 +41,8 @@ async def main_async(args: argparse.Namespace) -> None:
     for c in conversations:
         user_turn = next(m for s in c.sessions for m in s.messages if m["role"] == "user")
         name = user_turn["metadata"]["name"]
-        for q in c.questions:
-            mine = first_person(q.question, name)
+        for question in c.questions:
+            mine = first_person(question.question, name)
             if mine is not None:
                 asked.append((c.user_id, mine))
     now = sum(ranking.asks_about_now(q) and ranking.asks_about_user(q) for _, q in asked)

@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from locomo import load_conversations
 
+from app.core.ranking import names_speaker
 from app.datalock import DataDirLock
-from app.services.context import memory_speaker, names_speaker, without_names
+from app.services.context import memory_speaker, without_names
 from app.services.search import Found, SearchSpec
 from app.settings import Settings
 from app.wiring import open_container
