@@ -121,7 +121,7 @@ _NAMES_PLACE = re.compile(
     r"case|order|front|place)\b)[a-z]{3,}|"
     r"\b[0-9a-z]+ (?:st|ave|blvd|rd)\b|"
     r"[\u4e00-\u9fff](?:市|省|县|区|镇|村|州|国|岛|城|路|街|山|湖|河|港|站|机场|公园|"
-    r"餐厅|饭店|酒店|学校|大学|医院|超市|商场|公司)|"
+    r"餐厅|饭店|酒店|学校|大学|小学|中学|高中|初中|幼儿园|学院|医院|诊所|银行|超市|商场|公司)|"
     r"(?:搬到|搬去|住在|来自|飞往|前往|去了|到了|回到|飞到|在)(?![这那哪])[\u4e00-\u9fffA-Za-z]{2}",
 )
 # A capitalised word that opens a sentence names a place when it stands as a subject or an
@@ -484,10 +484,15 @@ _SUBJECT_EN = re.compile(
     re.IGNORECASE,
 )
 # Chinese: the words wherever they are, longest first (男朋友 before 朋友), except where a
-# single character is part of another word (空姐, 小姐, 哥们儿 is a friend, 徒弟, 他妈的).
+# single character is part of another word (空姐, 小姐, 哥们儿 is a friend; more in
+# `_NOT_BEFORE`).
 _SUBJECT_ZH = re.compile(
     r"(?<![空小])(?:" + "|".join(map(re.escape, _PEOPLE_ZH)) + r")(?![们儿子夫])"
 )
+# A single character inside another word: 大熊猫 and 猫眼 are no cat, 热狗 no dog, 帅哥 and
+# 哥本哈根 no brother, 徒弟 no brother, 他妈的 no mother.
+_NOT_BEFORE = {"猫": "熊", "狗": "热", "哥": "帅", "弟": "徒兄", "妈": "他"}
+_NOT_AFTER = {"猫": "眼", "哥": "本伦"}
 # The speaker as the subject: "i"/"we" (and their contractions), 我 not before someone of
 # theirs (我妈, 我家猫 and 我的 name another's).
 _SELF_EN = re.compile(r"\b(?:i|i'm|im|i've|ive|i'd|i'll|we|we're|we've)\b", re.IGNORECASE)
@@ -504,7 +509,13 @@ def subjects(text: str) -> frozenset[str]:
         found |= _SUBJECT_CLASS.get(word, _SUBJECT_CLASS.get(word.rstrip("s"), frozenset()))
     if _HAS_CJK.search(text) is not None:
         for m in _SUBJECT_ZH.finditer(text):
-            found |= _SUBJECT_CLASS[m.group()]
+            before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
+            word = m.group()
+            if (before and before in _NOT_BEFORE.get(word, "")) or (
+                after and after in _NOT_AFTER.get(word, "")
+            ):
+                continue
+            found |= _SUBJECT_CLASS[word]
     if not found:
         return frozenset()
     if _SELF_EN.search(text) is not None or _SELF_ZH.search(text) is not None:
@@ -523,7 +534,8 @@ def about_others(a: frozenset[str], b: frozenset[str]) -> bool:
 # A statement that adds to what was said, not replaces it: "turns out i'm also allergic to
 # shellfish", "doc says i'm a bit gluten sensitive too", 又报了个普拉提, 我对猫毛也过敏.
 _ADDS = re.compile(
-    r"\b(?:also|too|as well|another|in addition|on top of that)\b|又|也|另外|还有|再加上",
+    r"\b(?:also|as well|in addition|on top of that)\b|\btoo\b(?!\s+[a-z])|又|也(?!许)|另外|"
+    r"再加上",
     re.IGNORECASE,
 )
 
@@ -536,9 +548,13 @@ def adds_to(text: str) -> bool:
 # A question about how things were, not how they are: "what car did I have?", "where was I
 # living last year?", 我以前住哪？
 _ASKS_PAST = re.compile(
-    r"\b(?:did|was|were|had|used to|ago|last (?:time|year|month|week)|before|previously|"
-    r"originally|at first|back then|formerly|old|first|earlier)\b|"
-    r"以前|之前|原来|当时|那时|上次|第一次|最早|过去|曾经|去年|刚开始|一开始|本来",
+    r"\b(?:did|was|were|had|used to|ago|last (?:time|year|month|week|night)|before|"
+    r"previously|previous|prior|former|ex|ex-\w+|originally|at first|back then|formerly|old|"
+    r"first|earlier|yesterday)\b|"
+    r"以前|之前|原来|当时|那时|上次|上回|第一次|最早|过去|曾经|去年|刚开始|一开始|本来|"
+    # Not 早上一般 (the morning) nor 晚上个把小时.
+    r"(?<![早晚])上(?:一(?:个|份|次|家|任|段|回|周|年|站|部|本)|个(?:月|星期|礼拜|周)|周)|"
+    r"前男友|前女友|前任|前夫|前妻|小时候|昨天|前天",
     re.IGNORECASE,
 )
 
@@ -558,24 +574,27 @@ _FIRST_PERSON = re.compile(
     r"\b(?:i|i'm|im|i've|i'd|me|my|mine|myself|we|we're|our|ours|us)\b|我", re.IGNORECASE
 )
 _ASKS_ASSISTANT = re.compile(
-    r"\byou(?:'ve| have| had)?\s+(?:\w+\s+){0,2}?(?:recommend|suggest|said|say|told|tell|"
+    r"\b(?:you|u)(?:'ve| have| had)?\s+(?:\w+\s+){0,2}?(?:recommend|suggest|said|say|told|tell|"
     r"mention|propose|pick|book|found|find|gave|give|came up|list|wrote|write|think|thought|"
-    r"advise)\w*|\byour (?:recommendation|suggestion|advice|idea|pick|list|answer|tip)s?\b|"
-    r"你(?:\S{0,3})(?:推荐|建议|说|提到|给我|帮我|列|写|觉得)|您",
+    r"advise)\w*|\b(?:your|ur) (?:recommendation|suggestion|advice|idea|pick|list|answer|tip|"
+    r"rec)s?\b|你(?:\S{0,3})(?:推荐|建议|说|讲|提到|给我|帮我|列|写|觉得)|您|"
+    r"(?:推荐|建议)的|跟我(?:说|讲|提)的",
     re.IGNORECASE,
 )
 # A turn whose last sentence asks: the reply after it answers it ("I'm going to Rome, what
 # should I see?"), so the reply is the answer. Casual chat often drops the question mark
 # ("should i park or use the cell phone lot"), so a last clause that opens like a question
 # asks too.
-_ENDS_ASKING = re.compile(r"[?？]\s*\W*$|[吗呢嘛][\s\W]*$")
 _CLAUSES = re.compile(r"[.!?。！？\n]+")
 _ASKS_EN = re.compile(
     r"^\W*(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|where|when|how|"
-    r"which|who|whom|why|any|anything|anyone|recommend|suggest|ideas?)\b",
+    r"which|who|whom|why|any|anything|anyone|recommend|suggest|ideas?|recs?|"
+    r"recommendations?|suggestions?)\b",
     re.IGNORECASE,
 )
-_ASKS_ZH = re.compile(r"什么|啥|哪|怎么|几|多少|要不要|是不是|能不能|可不可以|有没有|好不好")
+_ASKS_ZH = re.compile(
+    r"什么|啥|哪|怎么|几|多少|要不要|是不是|能不能|可不可以|有没有|好不好|推荐|建议一下|求"
+)
 
 
 def asks_about_user(question: str) -> bool:
@@ -606,8 +625,16 @@ def adds_specifics(reply: str, turn: str) -> bool:
 
 
 def ends_asking(text: str) -> bool:
-    """Does the turn end with a question (marked, or a last clause that opens like one)?"""
-    if _ENDS_ASKING.search(text) is not None:
+    """Does the turn end with a question (marked, or a last clause that opens like one or
+    asks for something: "recs for rome pls", 推荐个餐厅)? The end is read backwards over
+    what is not a word, in linear time (a pattern for it backtracked on long runs of
+    punctuation and spaces)."""
+    end = len(text)
+    while end and not text[end - 1].isalnum():
+        if text[end - 1] in "?？":
+            return True
+        end -= 1
+    if end and text[end - 1] in "吗嘛":
         return True
     last = next((c for c in reversed(_CLAUSES.split(text)) if c.strip()), "")
     return _ASKS_EN.search(last) is not None or _ASKS_ZH.search(last) is not None

@@ -472,3 +472,87 @@ def test_a_statement_that_adds_to_another(text: str, adds: bool) -> None:
 )
 def test_a_question_about_how_things_stand(question: str, now: bool) -> None:
     assert ranking.asks_about_now(question) is now
+
+
+def test_the_new_turn_readers_run_in_linear_time_on_hostile_text() -> None:
+    """A pattern for "ends with a question" once backtracked over a run of spaces and
+    punctuation after a "?" (3.5 s on 20,000 characters, a review's find); every new
+    reader of a turn's text must cost about eight times as much on eight times the text
+    (compared with itself, so the machine's load does not decide it)."""
+
+    def fastest(text: str) -> float:
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            ranking.ends_asking(text)
+            ranking.subjects(text)
+            ranking.adds_to(text)
+            ranking.adds_specifics(text, "x")
+            ranking.asks_about_now(text)
+            ranking.asks_about_user(text)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    for unit in ("? ", "?\n ", "？。", "my "):
+        small, large = unit * (2_000 // len(unit)), unit * (16_000 // len(unit))
+        ratio = fastest(large + "ok") / max(fastest(small + "ok"), 1e-6)
+        assert ratio < 32, (unit, ratio)
+
+
+@pytest.mark.parametrize(
+    ("text", "asking"),
+    [
+        ("I'm going to Rome, what should I see?", True),
+        ("should i park or use the cell phone lot", True),
+        ("recs for rome pls", True),
+        ("下个月想去成都玩，推荐一下景点", True),
+        ("真的吗 !!", True),
+        ("any dinner ideas? i'm vegetarian btw, like 3 yrs now", False),
+        ("早上不来杯美式根本醒不过来", False),
+        ("我在家呢", False),
+    ],
+)
+def test_a_turn_that_ends_asking(text: str, asking: bool) -> None:
+    assert ranking.ends_asking(text) is asking
+
+
+@pytest.mark.parametrize(
+    ("question", "about_user", "asks_assistant", "now"),
+    [
+        ("when do i usually work out?", True, False, True),
+        ("what was that stretch u told me about", False, True, False),
+        ("你之前跟我说的那家火锅店叫啥", False, True, False),
+        ("上次推荐的那本书叫啥", False, True, False),
+        ("what's my ex's name?", True, False, False),
+        ("我小时候住在哪", True, False, False),
+        ("What is Caroline's identity?", False, False, True),
+    ],
+)
+def test_whom_a_question_asks_about_and_when(
+    question: str, about_user: bool, asks_assistant: bool, now: bool
+) -> None:
+    assert ranking.asks_about_user(question) is about_user
+    assert ranking.asks_assistant(question) is asks_assistant
+    assert ranking.asks_about_now(question) is now
+
+
+@pytest.mark.parametrize(
+    "text", ["大熊猫基地", "猫眼电影", "热狗摊", "帅哥", "哥本哈根", "徒弟", "他妈的"]
+)
+def test_a_character_inside_another_word_is_no_one(text: str) -> None:
+    assert ranking.subjects(text) == frozenset()
+
+
+@pytest.mark.parametrize("text", ["got another job", "too far lol", "也许吧", "还有三天"])
+def test_words_that_add_nothing(text: str) -> None:
+    assert not ranking.adds_to(text)
+
+
+@pytest.mark.parametrize(
+    ("question", "now"),
+    [("我早上一般喝点啥？", True), ("我晚上一般做什么运动？", True), ("我上一份工作在哪", False),
+     ("我上个月去哪玩了", False)],
+)  # fmt: skip
+def test_the_morning_is_no_past(question: str, now: bool) -> None:
+    """早上一般 holds 上一 ("the last one") by accident."""
+    assert ranking.asks_about_now(question) is now

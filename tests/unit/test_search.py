@@ -935,3 +935,40 @@ def test_a_reply_that_adds_a_number_or_a_name_stays_above_the_turn() -> None:
     near = _ranked(plain, *between[:2], mine, *between[2:])
     out = asyncio.run(UserWordsFirst()(spec(query="when do i usually work out?"), near))
     assert out[0].hit.id.int == 2
+
+
+def test_asked_for_a_time_only_a_statement_naming_one_restates() -> None:
+    """ "我朋友推荐我在成都去看大熊猫基地" is no new departure time for 几点起飞."""
+    old = _statement(1, "航班订了国航，早上八点二十起飞", 30, _OLD_TURN)
+    vague = _statement(2, "我朋友推荐我在成都去看大熊猫基地", 3, _NEW_TURN)
+    timed = _statement(3, "航班是下午三点的", 3, _NEW_TURN)
+    stage = NewerFactsFirst(0.4)
+    asked = spec(query="我去成都的航班几点起飞？")
+    assert [c.hit.id.int for c in asyncio.run(stage(asked, _ranked(old, vague)))] == [1, 2]
+    assert [c.hit.id.int for c in asyncio.run(stage(asked, _ranked(old, timed)))] == [3, 1]
+
+
+def test_an_announced_change_brings_no_unrelated_next_turn() -> None:
+    """The next turn comes along only if it is relevant itself (a review's find: "lol my
+    cat threw up on the rug", 0.11, went second)."""
+
+    def turn(n: int, text: str, days: float, seq: int) -> VectorHit:
+        return hit(
+            n,
+            days_old=days,
+            turn=_NEW_TURN if n == 2 else _OLD_TURN,
+            content=f"user: {text}",
+            role="user",
+            session_id="b" if days < 10 else "a",
+            sources=[
+                {"session_id": "b" if days < 10 else "a", "message_id": f"m{seq}", "seq": seq}
+            ],
+        )
+
+    old = turn(1, "our standup is at 10 every day", 20, 1)
+    announced = turn(2, "my boss moved our standup to 9 again", 3, 1)
+    cat = turn(3, "lol my cat threw up on the rug", 3, 3)
+    stage = NewerFactsFirst(0.4, restate_similarity=None)
+    pool = _ranked(old, cat, announced, semantic=(0.8, 0.11, 0.7))
+    out = asyncio.run(stage(spec(query="what time is my standup?"), pool))
+    assert [c.hit.id.int for c in out] == [2, 1, 3]
