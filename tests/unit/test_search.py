@@ -972,3 +972,52 @@ def test_an_announced_change_brings_no_unrelated_next_turn() -> None:
     pool = _ranked(old, cat, announced, semantic=(0.8, 0.11, 0.7))
     out = asyncio.run(stage(spec(query="what time is my standup?"), pool))
     assert [c.hit.id.int for c in out] == [2, 1, 3]
+
+
+def test_restating_leaves_held_turns_weak_statements_and_the_assistant_alone() -> None:
+    """A conversation's own turn (held), a statement under 0.25, and an older statement of
+    the assistant's are no part of restating; a question naming a speaker of the results
+    (LoCoMo's) has none, unless it is about the user."""
+    stage = NewerFactsFirst(0.4)
+    old = _statement(1, "my car is a 2012 honda civic", 28, _OLD_TURN)
+    new = _statement(2, "got a used model 3 last weekend", 2, _NEW_TURN)
+    now = spec(query="what am i driving these days?")
+    # held: the newer turn is one the rewrite read in this conversation
+    held = dataclasses.replace(now, session_id="s1", held=frozenset({2}))
+    assert [c.hit.id.int for c in asyncio.run(stage(held, _ranked(old, new)))] == [1, 2]
+    assert [c.hit.id.int for c in asyncio.run(stage(now, _ranked(old, new)))] == [2, 1]
+    # weak: 0.2 is under 0.25, though 0.8 of the older's 0.25
+    weak = _ranked(old, new, semantic=(0.25, 0.2))
+    assert [c.hit.id.int for c in asyncio.run(stage(now, weak))] == [1, 2]
+    # the older one is the assistant's
+    said = _statement(1, "You drive a 2012 honda civic", 28, _OLD_TURN, role="assistant")
+    assert [c.hit.id.int for c in asyncio.run(stage(now, _ranked(said, new)))] == [1, 2]
+    # a named speaker: "What is Caroline driving?" over "Caroline: …"
+    c_old = hit(1, days_old=28, turn=_OLD_TURN, content="Caroline: my car is a civic", role="user")
+    c_new = hit(2, days_old=2, turn=_NEW_TURN, content="Caroline: got a model 3", role="user")
+    named = asyncio.run(stage(spec(query="What is Caroline driving?"), _ranked(c_old, c_new)))
+    assert [c.hit.id.int for c in named] == [1, 2]
+    mine = asyncio.run(stage(spec(query="what am i driving?"), _ranked(c_old, c_new)))
+    assert [c.hit.id.int for c in mine] == [2, 1]
+
+
+def test_the_told_turn_is_the_users_next_one_only() -> None:
+    """A user turn two exchanges on (seq + 4) is no telling of the announced change."""
+
+    def turn(n: int, text: str, days: float, session: str, seq: int) -> VectorHit:
+        return hit(
+            n,
+            days_old=days,
+            turn=_NEW_TURN if n == 2 else _OLD_TURN,
+            content=f"user: {text}",
+            role="user",
+            session_id=session,
+            sources=[{"session_id": session, "message_id": f"m{seq}", "seq": seq}],
+        )
+
+    old = turn(1, "maya's practice is tuesdays at 5", 15, "a", 1)
+    announced = turn(2, "coach changed the schedule again smh", 4, "b", 1)
+    later = turn(3, "mondays and wednesdays 4:30", 4, "b", 5)
+    stage = NewerFactsFirst(0.4, restate_similarity=None)
+    out = asyncio.run(stage(spec(query="when is my kid's soccer?"), _ranked(old, later, announced)))
+    assert [c.hit.id.int for c in out] == [2, 1, 3]
