@@ -498,11 +498,13 @@ _NOT_AFTER = {"猫": "眼", "哥": "本伦"}
 _SELF_EN = re.compile(r"\b(?:i|i'm|im|i've|ive|i'd|i'll|we|we're|we've)\b", re.IGNORECASE)
 _SELF_ZH = re.compile(r"我(?!的|家|们的|" + "|".join(map(re.escape, _PEOPLE_ZH)) + ")")
 SELF = "self"
+_ONLY_SELF = frozenset((SELF,))
 
 
 def subjects(text: str) -> frozenset[str]:
     """The classes of the people and pets a statement names (`_SUBJECT_CLASS`), with
-    `SELF` when the speaker is a subject too. Empty when it names none."""
+    `SELF` when the speaker is a subject too; `SELF` alone for the speaker's own news ("I
+    moved to Lisbon"); empty when it names no one."""
     found: set[str] = set()
     for m in _SUBJECT_EN.finditer(text):
         word = (m.group(1) or m.group(2)).lower()
@@ -516,19 +518,24 @@ def subjects(text: str) -> frozenset[str]:
             ):
                 continue
             found |= _SUBJECT_CLASS[word]
+    speaker = _SELF_EN.search(text) is not None or _SELF_ZH.search(text) is not None
     if not found:
-        return frozenset()
-    if _SELF_EN.search(text) is not None or _SELF_ZH.search(text) is not None:
+        return _ONLY_SELF if speaker else frozenset()
+    if speaker:
         found.add(SELF)
     return frozenset(found)
 
 
 def about_others(a: frozenset[str], b: frozenset[str]) -> bool:
-    """Two statements about different people or pets: each names someone, neither has the
-    speaker as a subject, and they name no one in common. Either side naming nobody, or
-    the speaker ("I live with my roommate" and "moved in with my gf"), may still be the
-    same fact."""
-    return bool(a) and bool(b) and SELF not in a and SELF not in b and not (a & b)
+    """Two statements about different people or pets: each names someone, and they name
+    no one in common, the speaker included ("I moved to Lisbon" and "my brother just moved
+    to Berlin"). Either side naming nobody, or the speaker beside someone ("I live with my
+    roommate" and "moved in with my gf"), may still be the same fact."""
+    if not a or not b:
+        return False
+    if a == _ONLY_SELF or b == _ONLY_SELF:
+        return SELF not in (b if a == _ONLY_SELF else a)
+    return SELF not in a and SELF not in b and not (a & b)
 
 
 # A statement that adds to what was said, not replaces it: "turns out i'm also allergic to

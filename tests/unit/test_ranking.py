@@ -428,6 +428,9 @@ def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
         ("我哥在杭州工作", "我姐刚去南京读研", True),
         ("我儿子在学钢琴", "女儿最近开始学小提琴了", True),
         ("walking my dog biscuit", "my cat knocked the glass over", True),
+        # the speaker's own news and a relative's
+        ("I moved to Lisbon last May.", "my brother just moved to Berlin btw", True),
+        ("我搬到上海了", "我哥去了深圳", True),
         # one person under two names, or in two languages
         ("my manager dana is great", "he's my boss since the reorg", False),
         ("我老婆在腾讯上班", "my wife is at bytedance now", False),
