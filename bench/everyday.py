@@ -257,6 +257,8 @@ def failures(items: list[Item], ranked: dict[str, dict[str, Ranked]], n: int) ->
             r = ranked["defaults"][it.id]
             if answer_rank(it, r) == 1:
                 continue
+            if picked >= n:  # `--failures 0` prints none (a held-out set stays unread)
+                break
             off = ranked["floor_off"].get(it.id)
             out.append(
                 {
@@ -271,8 +273,6 @@ def failures(items: list[Item], ranked: dict[str, dict[str, Ranked]], n: int) ->
                 }
             )
             picked += 1
-            if picked >= n:
-                break
     picked = 0
     for it in items:
         got = ranked["defaults"].get(it.id)

@@ -51,14 +51,26 @@ _WHEN = (
 _CHANGE = re.compile(
     r"改成|改到|改为|换成|换了|取消|不再|推迟|提前|搬到|退了|"
     r"改了|换号|跳槽|涨到|降到|加到|减到|最后还是|更新一下|挪到|延到|延期|改期|搬去|"
+    r"不用了|停了|倒闭|跑路|辞职|离职|新(?:工作|号码?|地址|家|公司|手机|电话|邮箱|单位)|"
     r"\b(?:instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
     r"stopped|quit|bumped|raised|increased|decreased|lowered|went with|in the end|anymore|"
-    r"upgraded|downgraded|rebooked|bump (?:\w+ ){0,3}(?:up|to)|"
+    r"upgraded|downgraded|rebooked|ported|retired|replaced|bump (?:\w+ ){0,3}(?:up|to)|"
     r"swapped (?:my|our|the|his|her|their) (?:\w+ ){0,2}for|"
-    r"new (?:email|number|phone|address|password))\b|"
+    r"new (?:email|number|phone|address|password|job|apartment|place|house)|"
+    r"start(?:ing|ed|s)? (?:a |my )?new)\b|"
     rf"\bpushed (?:\w+ ){{0,2}}(?:(?:back|out) (?:to |till |until )?|(?:to|till|until) ){_WHEN}|"
-    r"\b(?:went|gone|goes|got|now|just|is|are|was|'s|'m|am) down to \$?\d|"
+    r"\b(?:went|gone|goes|got|now|just|is|are|was|'s|'m|am|ya|yeah|yep|so) down to \$?\d|"
     r"\b(?:went|gone|goes|now|just) up to \$?\d|^\W*down to \$?\d",
+    re.IGNORECASE,
+)
+
+
+# A statement of how things stand now ("he's with mrs greene now", 现在去公司旁边的乐刻):
+# a change only beside the statement it follows in the same conversation
+# (`NewerFactsFirst`), as "now" runs through every kind of talk.
+_CURRENT = re.compile(
+    r"现在|目前|如今|最近|这阵子|这段时间|"
+    r"\b(?:now|these days|currently|at the moment|nowadays|lately)\b",
     re.IGNORECASE,
 )
 
@@ -88,9 +100,10 @@ _NAMES_TIME_EN = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekends?|weeks?|months?|years?|"
     r"days?|mornings?|afternoons?|evenings?|nights?|noon|midnight|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"mon|tue|tues|wed|weds|thu|thur|thurs|fri|tmrw|tmr|tmrrw|tonite|"
     r"january|february|april|june|july|august|september|october|november|december|"
     r"summer|winter|spring|autumn|recently|lately|soon|since|until|o'clock|"
-    r"birthday|anniversary|\d{1,4}(?:st|nd|rd|th|s)?|\d{1,2}\s*[ap]\.?m\.?)\b"
+    r"birthday|anniversary|\d{1,4}(?:st|nd|rd|th|s|ish)?|\d{1,2}\s*[ap]\.?m\.?)\b"
 )
 _NAMES_TIME_ZH = re.compile(
     r"昨天|今天|明天|前天|后天|今晚|昨晚|明晚|上周|下周|这周|本周|上个?月|下个?月|这个月|"
@@ -287,6 +300,11 @@ def states_change(text: str) -> bool:
     return _CHANGE.search(text) is not None
 
 
+def states_current(text: str) -> bool:
+    """Does the text say how things stand now (now, these days, 现在, 目前)?"""
+    return _CURRENT.search(text) is not None
+
+
 # --------------------------------------------------------------------------- fusion
 
 
@@ -373,7 +391,8 @@ _REACTION_WORDS = (
     "totally agreed awesome amazing lovely sweet perfect glad sorry like love tell ask "
     "pretty really definitely absolutely fun bad worry worries welcome morning night "
     "哈哈 哈哈哈 呵呵 嘿嘿 嗯 嗯嗯 好 好的 好吧 对 对的 是 是的 谢谢 多谢 谢啦 唉 哎 行 可以 "
-    "没事 没问题 不错 挺好 还行 知道 明白 收到 嗯呢 哦 哦哦 啊 呀 吧 没想 晚安 早 你好 拜拜"
+    "没事 没问题 不错 挺好 还行 知道 明白 收到 嗯呢 哦 哦哦 啊 呀 吧 没想 晚安 早 你好 拜拜 "
+    "要 要的 好啊 当然 please pls"
 )
 _REACTIONS = frozenset(t for w in _REACTION_WORDS.split() for t in terms.tokenize(w))
 _NAME_INSIDE = re.compile(r"(?<=[\w,;:)\]] )([A-Z][\w'-]*)")
@@ -622,6 +641,45 @@ _SPECIFIC = re.compile(
     r"[一二三四五六七八九十百千万两半](?=[天个岁年月号点块元次周杯斤分])|"
     r"(?<![.!?]\s)(?<=\s)[A-Z][A-Za-z'-]+"
 )
+
+
+# A question for a number: how much, how many, a price, 多少, 几个.
+_ASKS_AMOUNT = re.compile(
+    r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price|budget|fee|rent|pay|spend)\b|"
+    r"多少|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|价格|价钱|费用|预算|房租",
+    re.IGNORECASE,
+)
+# A number: digits, or Chinese numerals of two or more, or one before a unit.
+_NUMBER = re.compile(
+    r"\d|[一二三四五六七八九十百千万两半]{2,}|[一二三四五六七八九十百千万两半](?=[天个岁年月号点块元次周斤层楼只])|"
+    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
+    r"fifty|hundred|thousand|dozen|couple)\b",
+    re.IGNORECASE,
+)
+
+
+# A reply that opens with a yes or a no: it answers a yes/no question, whose content is the
+# question's ("Want to try the hot pot there?" / "对，主要想吃火锅").
+_AFFIRMS = re.compile(
+    r"^\W*(?:(?:yes+|yeah|yep|yup|ya|yea|no|nope|nah|sure|ok|okay|definitely|exactly)\b|"
+    r"对|是的|是啊|嗯|好|不是|没有|当然)",
+    re.IGNORECASE,
+)
+
+
+def affirms(text: str) -> bool:
+    """Does the reply open with a yes or a no (yeah, nope, 对, 是的, 不是)?"""
+    return _AFFIRMS.search(text) is not None
+
+
+def asks_amount(query: str) -> bool:
+    """Does the question ask for a number ("how much", "how many", 多少, 几天)?"""
+    return _ASKS_AMOUNT.search(query) is not None
+
+
+def names_amount(text: str) -> bool:
+    """Does the text name a number (230, 十五, 三天, "two")?"""
+    return _NUMBER.search(text) is not None
 
 
 def adds_specifics(reply: str, turn: str) -> bool:

@@ -402,6 +402,7 @@ class TextFacts:
     # `ranking.subjects`: the people and pets it is about (most texts: the shared empty set)
     subjects: frozenset[str] = frozenset()
     adds: bool = False  # `ranking.adds_to`: says it comes in addition ("also", 又)
+    current: bool = False  # `ranking.states_current`: says how things stand now (now, 现在)
 
     def asks_only(self, max_terms: int) -> bool:
         """`ranking.asks_only`: an assistant turn that is a short question."""
@@ -432,6 +433,7 @@ def text_facts(content: str, role: str | None) -> TextFacts:
         filler=ranking.filler(role, text),
         subjects=ranking.subjects(text),
         adds=ranking.adds_to(text),
+        current=ranking.states_current(text),
     )
 
 
@@ -491,7 +493,15 @@ class UserWordsFirst:
     assistant said ("what did you
     recommend?", 你推荐的…), a turn that ends asking ("I'm going to Rome, what should
     I see?"), whose reply is the answer, and a question that names a speaker of the results
-    (LoCoMo's "What did Melanie paint?", whose second speaker is the `assistant`)."""
+    (LoCoMo's "What did Melanie paint?", whose second speaker is the `assistant`).
+
+    Likewise the user's answer goes just above the assistant's question it answers (the
+    turn before it): "后端接口" above "时间挺紧的，你负责哪块？" for 我在项目里负责什么; not a
+    reaction ("要", "haha yeah"), nor a yes or a no ("对，主要想吃火锅"): what it agrees to
+    is in the question. And the user's next turn goes just above the user's
+    turn that brought its topic up, when it tells the details (`_tells_more`): "thurs
+    7ish" above "need to set a reminder for the dentist" for "what time is my dentist
+    appointment?"."""
 
     confident: float = relevance.CONFIDENT_RELEVANCE
     # How far below its reply the turn may be: further down, moving it pushes every result
@@ -515,22 +525,81 @@ class UserWordsFirst:
         for n, c in enumerate(candidates):
             p = c.hit.payload
             at = _place(p) if p.role == "assistant" else None
-            u = places.get((at[0], at[1] - 1)) if at is not None else None
-            if u is None or u < n:
+            if at is None:
                 continue
-            turn = candidates[u]
-            text = MemoryPayload.text_of(turn.hit.payload.content, "user")
-            if (
-                order.index(u) - order.index(n) > self.within
-                or turn.semantic < self.confident
-                or ranking.ends_asking(text)
-                or ranking.about_others(asked, ranking.subjects(text) - {ranking.SELF})
-                or ranking.adds_specifics(MemoryPayload.text_of(p.content, p.role), text)
+            reply = MemoryPayload.text_of(p.content, p.role)
+            asks = ranking.ends_asking(reply)
+            for u in (places.get((at[0], at[1] - 1)), places.get((at[0], at[1] + 1))):
+                if u is None or u < n:
+                    continue
+                turn = candidates[u]
+                text = MemoryPayload.text_of(turn.hit.payload.content, "user")
+                answers = _place(turn.hit.payload) == (at[0], at[1] + 1)
+                if (
+                    order.index(u) - order.index(n) > self.within
+                    or turn.semantic < self.confident
+                    or ranking.ends_asking(text)
+                    or ranking.about_others(asked, ranking.subjects(text) - {ranking.SELF})
+                    or (
+                        text_facts(turn.hit.payload.content, "user").filler
+                        or not asks
+                        or ranking.affirms(text)
+                        if answers
+                        else ranking.adds_specifics(reply, text)
+                    )
+                ):
+                    continue
+                order.remove(u)
+                order.insert(order.index(n), u)
+        kind = ranking.asks_for(spec.query)
+        amount = ranking.asks_amount(spec.query)
+        for n, c in enumerate(candidates):
+            at = _place(c.hit.payload) if c.hit.payload.role == "user" else None
+            u = places.get((at[0], at[1] + 2)) if at is not None else None
+            if u is None or order.index(u) < order.index(n):
+                continue
+            if order.index(u) - order.index(n) <= self.within and self._tells_more(
+                candidates[u], c, kind, amount, asked
             ):
-                continue
-            order.remove(u)
-            order.insert(order.index(n), u)
+                order.remove(u)
+                order.insert(order.index(n), u)
         return [candidates[n] for n in order]
+
+    def _tells_more(
+        self,
+        turn: Candidate,
+        opener: Candidate,
+        kind: ranking.AnswerType | None,
+        amount: bool,
+        asked: frozenset[str],
+    ) -> bool:
+        """Is `turn`, the user's next turn after `opener` (the assistant's between), the
+        detail the question asks for, which the opener brought up without it? "thurs 7ish"
+        after "need to set a reminder for the dentist" (and "what time?") for "what time is
+        my dentist appointment?", "yeah $240 parts and labor" after "took the civic in
+        today …" for "how much did the brake job run me?": the question asks for a time, a
+        place or an amount, the turn names one and the opener none ("小林生日是6月18号"
+        keeps its place above "提前三天就行"). Or anything after an opener that only asks.
+        A detail the question does not ask for stays below ("she just turned 12" after "my
+        daughter got into the robotics club" for "what activity did she join?")."""
+        text = MemoryPayload.text_of(turn.hit.payload.content, "user")
+        said = MemoryPayload.text_of(opener.hit.payload.content, "user")
+        if (
+            turn.semantic < self.confident
+            or ranking.ends_asking(text)
+            or text_facts(turn.hit.payload.content, "user").filler
+            or ranking.about_others(asked, ranking.subjects(text) - {ranking.SELF})
+        ):
+            return False
+        # A Chinese opener asks only with its mark: 几 and 什么 also say "a few", "some"
+        # ("国庆打算带爸妈去成都玩几天").
+        if ranking.ends_asking(said) and (
+            ranking.language(said) == "en" or said.rstrip().endswith(("?", "？"))
+        ):
+            return True
+        if kind is not None:
+            return ranking.names(text, kind) and not ranking.names(said, kind)
+        return amount and ranking.names_amount(text) and not ranking.names_amount(said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,6 +628,12 @@ class NewerFactsFirst:
       just below the announcement.
     - Never across people or pets (`ranking.about_others`): "my brother just moved to
       austin" does not replace "my sister lives in denver".
+    - In one conversation, the user's statement a few turns after another of theirs
+      (`thread_turns`) is on its topic more often than its words show ("ya down to 1.5
+      cups" after "feeding rex 2 cups of kibble a day", cosine 0.48; "oh wait we just moved
+      last week, its 88 harbor rd now" after "my address is 14 elm st apt 2", 0.30): there
+      a change, or how things stand now ("he's with mrs greene now", 现在去公司旁边的乐刻),
+      replaces it at `thread_similarity`.
 
     Skipped when the request asks about a period (`time_range`, a named date), where the
     older statement may be the answer. With `as_of` it applies among what existed then.
@@ -580,6 +655,11 @@ class NewerFactsFirst:
     # new value often shares few words with the question ("verizon fios gig" for "who's
     # our internet provider"), an aside none ("lol my cat threw up on the rug", 0.11).
     told_relevance: float = 0.15
+    # The same user's turns at most this many apart in one session (an exchange or two).
+    thread_turns: int = 4
+    thread_similarity: float = 0.25
+    # The share of the replaced statement's relevance a new value holds at least.
+    inherits: float = 0.5
     confident: float = relevance.CONFIDENT_RELEVANCE
 
     def restates(self, spec: SearchSpec) -> bool:
@@ -593,7 +673,9 @@ class NewerFactsFirst:
         at the lowest cosine that lets them. None: none may."""
         if spec.asks_about_a_period():
             return None
-        change = self.min_similarity
+        # A change is compared down to the thread's floor (`replaces` holds the others to
+        # `min_similarity`), and so is a statement of now, which replaces only there.
+        change = min(self.min_similarity, self.thread_similarity)
         restate = self.restate_similarity if self.restates(spec) else None
         if restate is None:
             return lambda payload: change if states_change(payload) else None
@@ -606,7 +688,7 @@ class NewerFactsFirst:
                 return floor
             if not _may_restate(payload) or (held and holds(spec, payload)):
                 return None
-            return restate
+            return floor if text_facts(payload.content, payload.role).current else restate
 
         return compare
 
@@ -639,12 +721,20 @@ class NewerFactsFirst:
             and not ranking.about_others(asked, f.subjects - {ranking.SELF})
             for n, (c, f) in enumerate(zip(candidates, facts, strict=True))
         ]
+        # A statement of now is a change only in a thread, and only where restating may be.
+        current = [
+            now
+            and f.current
+            and _may_restate(c.hit.payload)
+            and not (held and holds(spec, c.hit.payload))
+            for c, f in zip(candidates, facts, strict=True)
+        ]
         items = [
             ranking.Statement(
                 created_at=c.hit.payload.created_at.timestamp(),
-                changes=f.states_change or r,
+                changes=f.states_change or r or cur,
             )
-            for c, f, r in zip(candidates, facts, restating, strict=True)
+            for c, f, r, cur in zip(candidates, facts, restating, current, strict=True)
         ]
         if not any(item.changes for item in items):
             return candidates
@@ -658,19 +748,27 @@ class NewerFactsFirst:
             c = cosine(i, k) if known is None else known.get(hits[k].id)
             if c is None:
                 return False
-            if not restating[i]:
-                if c >= self.min_similarity:
+            thread = self._in_thread(hits[i].payload, hits[k].payload)
+            if facts[i].states_change or (current[i] and thread):
+                if c >= (self.thread_similarity if thread else self.min_similarity):
                     announced.append(i)
+                    replaced[i] = k
                     return True
                 return False
+            if not restating[i]:
+                return False
             assert self.restate_similarity is not None
-            return (
+            if (
                 c >= self.restate_similarity
                 and hits[k].payload.role != "assistant"
                 and candidates[i].semantic >= self.restate_relevance * candidates[k].semantic
-            )
+            ):
+                replaced[i] = k
+                return True
+            return False
 
         announced: list[int] = []
+        replaced: dict[int, int] = {}  # a result moved -> the one it replaces
         order = ranking.promote_changes(items, replaces)
         # The user's next turn, for a question about the user: LoCoMo's speakers announce
         # and go on about other things (R@5 0.684 → 0.677 when it applied to them).
@@ -687,7 +785,27 @@ class NewerFactsFirst:
             ):
                 order.remove(j)
                 order.insert(order.index(i) + 1, j)
-        return [candidates[i] for i in order]
+        return [self._answering(candidates, i, replaced.get(i)) for i in order]
+
+    def _answering(self, candidates: list[Candidate], i: int, k: int | None) -> Candidate:
+        """Result `i`, holding at least `inherits` of the relevance of the statement `k` it
+        replaces: it answers what that one answered, in words the question may not share
+        ("复查完医生说加到一片", 0.08, for 优甲乐现在一次吃多少 over "我每天吃半片优甲乐", 0.97),
+        and the relevance floor (`MinRelevance`, after this stage) would drop it and keep
+        the old value."""
+        c = candidates[i]
+        if k is None or c.semantic >= self.inherits * candidates[k].semantic:
+            return c
+        return replace(c, semantic=self.inherits * candidates[k].semantic)
+
+    def _in_thread(self, newer: MemoryPayload, older: MemoryPayload) -> bool:
+        """Both the user's, in one session, the newer at most `thread_turns` after."""
+        if newer.role != "user" or older.role != "user":
+            return False
+        a, b = _place(newer), _place(older)
+        if a is None or b is None or a[0] != b[0]:
+            return False
+        return 0 < a[1] - b[1] <= self.thread_turns
 
 
 def _names_a_speaker(query: str, candidates: Sequence[Candidate]) -> bool:

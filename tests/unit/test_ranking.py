@@ -559,3 +559,63 @@ def test_words_that_add_nothing(text: str) -> None:
 def test_the_morning_is_no_past(question: str, now: bool) -> None:
     """早上一般 holds 上一 ("the last one") by accident."""
     assert ranking.asks_about_now(question) is now
+
+
+@pytest.mark.parametrize(
+    ("text", "change", "current"),
+    [
+        ("已经跑路了哈哈，新工作在腾讯", True, False),
+        ("那个号不用了，新号是 159 8765 4321", True, False),
+        ("画画停了，他非要去学街舞", True, False),
+        ("nope, ported to visible last week, 25 bucks", True, False),
+        ("ya down to 1.5 cups", True, False),
+        ("starting my new job on monday", True, False),
+        ("we see dr nakamura now", False, True),
+        ("那家倒闭了。。现在去公司旁边的乐刻", True, True),
+        ("最近买了辆电瓶车，骑过去15分钟", False, True),
+        # neither
+        ("my yoga class is tuesdays at 6", False, False),
+        ("known him forever, we started a band", False, False),
+    ],
+)
+def test_changes_and_statements_of_now(text: str, change: bool, current: bool) -> None:
+    assert ranking.states_change(text) is change
+    assert ranking.states_current(text) is current
+
+
+@pytest.mark.parametrize(
+    ("query", "asks"),
+    [
+        ("how much did the brake job run me?", True),
+        ("what does my daughter's ballet cost per lesson", True),
+        ("我去冰岛玩几天？", True),
+        ("上次保养花了多少钱", True),
+        ("what after-school activity did my daughter join?", False),
+        ("我女儿在学什么乐器？", False),
+    ],
+)
+def test_a_question_for_a_number(query: str, asks: bool) -> None:
+    assert ranking.asks_amount(query) is asks
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("around 30k", True),
+        ("一节课280", True),
+        ("七岁，刚上一年级", True),
+        ("two goldfish", True),
+        ("need to set a reminder for the dentist", False),
+        ("女儿在学芭蕾，每周五下午", False),
+    ],
+)
+def test_a_number_named(text: str, names: bool) -> None:
+    assert ranking.names_amount(text) is names
+
+
+def test_short_forms_of_days_name_a_time_and_a_bare_yes_is_a_reaction() -> None:
+    assert ranking.names("thurs 7ish", "time")
+    assert ranking.names("after work tmrw", "time")
+    assert not ranking.names("she sat down by the window", "time")
+    assert ranking.filler("user", "要")
+    assert not ranking.filler("user", "要两份")

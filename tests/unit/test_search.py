@@ -1021,3 +1021,134 @@ def test_the_told_turn_is_the_users_next_one_only() -> None:
     stage = NewerFactsFirst(0.4, restate_similarity=None)
     out = asyncio.run(stage(spec(query="when is my kid's soccer?"), _ranked(old, later, announced)))
     assert [c.hit.id.int for c in out] == [2, 1, 3]
+
+
+def _thread_turn(
+    n: int, text: str, seq: int, turn: list[float], session: str = "s", role: str = "user"
+) -> VectorHit:
+    """A turn of one conversation, a minute apart, with its own turn vector."""
+    return hit(
+        n,
+        days_old=1 - seq / (24 * 60),
+        turn=turn,
+        content=f"{role}: {text}",
+        role=role,
+        session_id=session,
+        sources=[{"session_id": session, "message_id": f"m{seq}", "seq": seq}],
+    )
+
+
+# Two turn vectors at cosine 0.3: under the 0.4 a change needs across conversations, over
+# the 0.25 it needs a few turns after the statement it follows.
+_FAR_TURN = [0.3, 0.954, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "session", "seq", "moves"),
+    [
+        # a change word, two turns on in the same conversation
+        ("oh wait we just moved last week, its 88 harbor rd", "s", 3, True),
+        # a statement of now counts there too
+        ("its 88 harbor rd now", "s", 3, True),
+        # in another conversation the cosine is too low
+        ("oh wait we just moved last week, its 88 harbor rd", "t", 3, False),
+        # and so it is further on in the same one
+        ("oh wait we just moved last week, its 88 harbor rd", "s", 7, False),
+        # a statement of now without a thread replaces nothing
+        ("its 88 harbor rd now", "t", 3, False),
+    ],
+)
+def test_a_change_a_few_turns_on_replaces_the_statement_it_follows(
+    text: str, session: str, seq: int, moves: bool
+) -> None:
+    """In one conversation the user's next words are on its topic more often than their
+    words show (cosine 0.3 here): "oh wait we just moved …" goes above "my address is 14 elm
+    st apt 2" for "where do i live?"."""
+    old = _thread_turn(1, "my address is 14 elm st apt 2", 1, _OLD_TURN)
+    new = _thread_turn(2, text, seq, _FAR_TURN, session=session)
+    out = asyncio.run(NewerFactsFirst(0.4)(spec(query="where do i live?"), _ranked(old, new)))
+    assert [c.hit.id.int for c in out] == ([2, 1] if moves else [1, 2])
+
+
+def test_a_new_value_keeps_half_the_relevance_of_the_one_it_replaces() -> None:
+    """ "复查完医生说加到一片" (0.08) answers 优甲乐现在一次吃多少 as "我每天吃半片优甲乐"
+    (0.97) did: the relevance floor, after this stage, must not drop it and keep the old."""
+    old = _thread_turn(1, "我每天吃半片优甲乐", 1, _OLD_TURN)
+    new = _thread_turn(2, "复查完医生说加到一片", 5, _FAR_TURN)
+    out = asyncio.run(
+        NewerFactsFirst(0.4)(
+            spec(query="优甲乐现在一次吃多少"), _ranked(old, new, semantic=(0.97, 0.08))
+        )
+    )
+    assert [c.hit.id.int for c in out] == [2, 1]
+    assert out[0].semantic == pytest.approx(0.485)
+    assert out[1].semantic == pytest.approx(0.97)
+    kept = asyncio.run(MinRelevance()(spec(query="q", min_relevance=0.1), out))
+    assert [c.hit.id.int for c in kept] == [2, 1]
+
+
+def test_the_users_answer_goes_above_the_assistants_question() -> None:
+    """ "后端接口" answers "时间挺紧的，你负责哪块？" for 我在项目里负责什么; a reaction
+    ("要") does not, nor a reply to a turn that did not ask."""
+    opener = _exchange(3, "我们组在做一个新的会员积分系统，月底要上线", "s", 1, "user")
+    asked = _exchange(1, "时间挺紧的，你负责哪块？", "s", 2, "assistant")
+    answer = _exchange(2, "后端接口", "s", 3, "user")
+    pool = _ranked(asked, opener, answer, semantic=(0.67, 0.23, 0.59))
+    out = asyncio.run(UserWordsFirst()(spec(query="我在项目里负责什么"), pool))
+    assert [c.hit.id.int for c in out][:2] == [2, 1]
+    react = _exchange(2, "要", "s", 3, "user")
+    pool = _ranked(asked, opener, react, semantic=(0.67, 0.23, 0.59))
+    out = asyncio.run(UserWordsFirst()(spec(query="我在项目里负责什么"), pool))
+    assert [c.hit.id.int for c in out].index(1) < [c.hit.id.int for c in out].index(2)
+    told = _exchange(1, "时间挺紧的，注意身体。", "s", 2, "assistant")
+    pool = _ranked(told, opener, answer, semantic=(0.67, 0.23, 0.59))
+    out = asyncio.run(UserWordsFirst()(spec(query="我在项目里负责什么"), pool))
+    assert [c.hit.id.int for c in out].index(1) < [c.hit.id.int for c in out].index(2)
+
+
+@pytest.mark.parametrize(
+    ("question", "opener", "detail", "first"),
+    [
+        # the time the question asks for, which the opener lacks
+        (
+            "what time is my dentist appointment?",
+            "need to set a reminder for the dentist",
+            "thurs 7ish",
+            2,
+        ),
+        # an amount
+        (
+            "how much did the brake job run me?",
+            "took the civic in today, brakes were shot",
+            "yeah $240 parts and labor. ouch",
+            2,
+        ),
+        # the opener names the time already
+        ("小林哪天过生日", "小林生日是6月18号，别忘了提醒我", "提前三天就行", 1),
+        # a detail the question does not ask for
+        (
+            "what after-school activity did my daughter join?",
+            "my daughter got into the robotics club at school",
+            "she just turned 12",
+            1,
+        ),
+        # a Chinese statement with 几 ("a few") does not ask
+        ("假期准备去哪里旅游？", "国庆打算带爸妈去成都玩几天", "对，主要想吃火锅", 1),
+        # anything after an opener that only asks
+        (
+            "what kind of books do i like?",
+            "what's a good book for a long flight?",
+            "read it already, i'm more into sci fi tbh",
+            2,
+        ),
+    ],
+)
+def test_the_details_go_above_the_turn_that_brought_them_up(
+    question: str, opener: str, detail: str, first: int
+) -> None:
+    said = _exchange(1, opener, "s", 1, "user")
+    asked = _exchange(3, "Sure, when?", "s", 2, "assistant")
+    told = _exchange(2, detail, "s", 3, "user")
+    pool = _ranked(said, asked, told, semantic=(0.9, 0.4, 0.6))
+    out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
+    assert out[0].hit.id.int == first
