@@ -54,7 +54,8 @@ _CHANGE = re.compile(
     r"不用了|停了|倒闭|跑路|辞职|离职|新(?:工作|号码?|地址|家|公司|手机|电话|邮箱|单位)|"
     r"\b(?:instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
     r"stopped|quit|bumped|raised|increased|decreased|lowered|went with|in the end|anymore|"
-    r"upgraded|downgraded|rebooked|ported|retired|replaced|bump (?:\w+ ){0,3}(?:up|to)|"
+    r"upgraded|downgraded|rebooked|ported|retired|replac(?:e|ed|es|ing)|vetoed|settled on|"
+    r"decided on|going with|bump (?:\w+ ){0,3}(?:up|to)|"
     r"swapped (?:my|our|the|his|her|their) (?:\w+ ){0,2}for|"
     r"new (?:email|number|phone|address|password|job|apartment|place|house)|"
     r"start(?:ing|ed|s)? (?:a |my )?new)\b|"
@@ -65,12 +66,14 @@ _CHANGE = re.compile(
 )
 
 
-# A statement of how things stand now ("he's with mrs greene now", 现在去公司旁边的乐刻):
+# A statement of how things stand now ("he's with mrs greene now", 现在去公司旁边的乐刻)
+# or a correction ("actually i got a new one", 不对不对，是13号):
 # a change only beside the statement it follows in the same conversation
 # (`NewerFactsFirst`), as "now" runs through every kind of talk.
 _CURRENT = re.compile(
-    r"现在|目前|如今|最近|这阵子|这段时间|"
-    r"\b(?:now|these days|currently|at the moment|nowadays|lately)\b",
+    r"现在|目前|如今|最近|这阵子|这段时间|不对|说错|搞错|记错|更正|"
+    r"\b(?:(?<!for )now|these days|currently|at the moment|nowadays|lately|actually|oops|"
+    r"i meant|correction)\b",
     re.IGNORECASE,
 )
 
@@ -646,7 +649,8 @@ _SPECIFIC = re.compile(
 # A question for a number: how much, how many, a price, 多少, 几个.
 _ASKS_AMOUNT = re.compile(
     r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price|budget|fee|rent|pay|spend)\b|"
-    r"多少|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|价格|价钱|费用|预算|房租",
+    r"多少|多大|多久|多远|多高|多重|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
+    r"价格|价钱|费用|预算|房租",
     re.IGNORECASE,
 )
 # A number: digits, or Chinese numerals of two or more, or one before a unit.
@@ -670,6 +674,24 @@ _AFFIRMS = re.compile(
 def affirms(text: str) -> bool:
     """Does the reply open with a yes or a no (yeah, nope, 对, 是的, 不是)?"""
     return _AFFIRMS.search(text) is not None
+
+
+# A question for a name ("what are my fish called?", 我的仓鼠叫什么？) and a text that gives
+# one ("two goldfish, named salt and pepper", 一只叫豆豆).
+_ASKS_NAME = re.compile(r"\bname[sd]?\b|\bcalled\b|叫什么|叫啥|名字", re.IGNORECASE)
+_NAMES_NAME = re.compile(
+    r"\b(?:named|called|name is|name's|names are)\b|叫|名字|(?<![.!?]\s)(?<=\s)[A-Z][a-z]+"
+)
+
+
+def asks_name(query: str) -> bool:
+    """Does the question ask for a name ("what's my dog called?", 叫什么)?"""
+    return _ASKS_NAME.search(query) is not None
+
+
+def names_name(text: str) -> bool:
+    """Does the text give a name ("named salt", 叫豆豆, a capitalised word inside it)?"""
+    return _NAMES_NAME.search(text) is not None
 
 
 def asks_amount(query: str) -> bool:

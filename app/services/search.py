@@ -507,6 +507,11 @@ class UserWordsFirst:
     # How far below its reply the turn may be: further down, moving it pushes every result
     # between them down a place (followups.py's 她的生日是七月九号 fell out of the top 5).
     within: int = 3
+    # The details (`_tells_more`) from this relevance: they share few words with the
+    # question ("200 bucks, ugh", 0.19, for 房租要涨多少？), which the turn before holds.
+    detail_relevance: float = 0.1
+    # The share of the opener's relevance the details hold at least.
+    inherits: float = 0.5
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if len(candidates) < 2 or ranking.asks_assistant(spec.query):
@@ -553,17 +558,24 @@ class UserWordsFirst:
                 order.insert(order.index(n), u)
         kind = ranking.asks_for(spec.query)
         amount = ranking.asks_amount(spec.query)
+        name = ranking.asks_name(spec.query)
+        out = list(candidates)
         for n, c in enumerate(candidates):
             at = _place(c.hit.payload) if c.hit.payload.role == "user" else None
             u = places.get((at[0], at[1] + 2)) if at is not None else None
             if u is None or order.index(u) < order.index(n):
                 continue
             if order.index(u) - order.index(n) <= self.within and self._tells_more(
-                candidates[u], c, kind, amount, asked
+                candidates[u], c, kind, amount, name, asked
             ):
                 order.remove(u)
                 order.insert(order.index(n), u)
-        return [candidates[n] for n in order]
+                # It answers what the opener was relevant for, in fewer of its words
+                # ("200 bucks, ugh", 0.19): the relevance floor must not drop it.
+                floor = self.inherits * c.semantic
+                if out[u].semantic < floor:
+                    out[u] = replace(out[u], semantic=floor)
+        return [out[n] for n in order]
 
     def _tells_more(
         self,
@@ -571,21 +583,22 @@ class UserWordsFirst:
         opener: Candidate,
         kind: ranking.AnswerType | None,
         amount: bool,
+        name: bool,
         asked: frozenset[str],
     ) -> bool:
         """Is `turn`, the user's next turn after `opener` (the assistant's between), the
         detail the question asks for, which the opener brought up without it? "thurs 7ish"
         after "need to set a reminder for the dentist" (and "what time?") for "what time is
         my dentist appointment?", "yeah $240 parts and labor" after "took the civic in
-        today …" for "how much did the brake job run me?": the question asks for a time, a
-        place or an amount, the turn names one and the opener none ("小林生日是6月18号"
+        today …" for "how much did the brake job run me?": the question asks for a time, an
+        amount or a name, the turn names one and the opener none ("小林生日是6月18号"
         keeps its place above "提前三天就行"). Or anything after an opener that only asks.
         A detail the question does not ask for stays below ("she just turned 12" after "my
         daughter got into the robotics club" for "what activity did she join?")."""
         text = MemoryPayload.text_of(turn.hit.payload.content, "user")
         said = MemoryPayload.text_of(opener.hit.payload.content, "user")
         if (
-            turn.semantic < self.confident
+            turn.semantic < self.detail_relevance
             or ranking.ends_asking(text)
             or text_facts(turn.hit.payload.content, "user").filler
             or ranking.about_others(asked, ranking.subjects(text) - {ranking.SELF})
@@ -596,10 +609,16 @@ class UserWordsFirst:
         if ranking.ends_asking(said) and (
             ranking.language(said) == "en" or said.rstrip().endswith(("?", "？"))
         ):
-            return True
-        if kind is not None:
+            # Its own words carry the topic: a reply that shares few is a new one ("燕麦她
+            # 不爱吃，我试试别的" after "我妈血糖有点高，有什么适合她吃的早餐吗？").
+            return turn.semantic >= self.confident
+        # Not for a place: in lowercase chat a place is seldom capitalised ("visiting from
+        # toronto"), so a first turn that names one would pass for one that does not.
+        if kind == "time":
             return ranking.names(text, kind) and not ranking.names(said, kind)
-        return amount and ranking.names_amount(text) and not ranking.names_amount(said)
+        if amount:
+            return ranking.names_amount(text) and not ranking.names_amount(said)
+        return name and ranking.names_name(text) and not ranking.names_name(said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -698,37 +717,9 @@ class NewerFactsFirst:
         now = self.restates(spec) and (
             ranking.asks_about_user(spec.query) or not _names_a_speaker(spec.query, candidates)
         )
-        # The conversation's own turns (`HeldTurnsLast`) are compared with what they may
-        # update there: a follow-up's "明天就出发去哈尔滨了" is no new value of "下周去哈尔滨
-        # 出差，…零下二十多度" that the question asks for.
-        held = applies(spec)
         facts = [text_facts(c.hit.payload.content, c.hit.payload.role) for c in candidates]
-        # A new value answers what the question asks for: a time for "几点起飞", a place
-        # for "which city" ("我朋友推荐我在成都去看大熊猫基地" is no new departure time).
-        kind = ranking.asks_for(spec.query) if now else None
-        # Nor about someone else than the question asks about: "we adopted a kitten!! her
-        # name is pepper" is no new name of "my dog".
         asked = ranking.subjects(spec.query) - {ranking.SELF}
-        restating = [
-            now
-            and n < self.restate_depth
-            and not f.states_change
-            and not f.adds
-            and c.semantic >= self.confident
-            and _may_restate(c.hit.payload)
-            and not (held and holds(spec, c.hit.payload))
-            and (kind is None or names_of(c.hit.payload.content, c.hit.payload.role, kind))
-            and not ranking.about_others(asked, f.subjects - {ranking.SELF})
-            for n, (c, f) in enumerate(zip(candidates, facts, strict=True))
-        ]
-        # A statement of now is a change only in a thread, and only where restating may be.
-        current = [
-            now
-            and f.current
-            and _may_restate(c.hit.payload)
-            and not (held and holds(spec, c.hit.payload))
-            for c, f in zip(candidates, facts, strict=True)
-        ]
+        restating, current = self._may_move(spec, candidates, facts, now, asked)
         items = [
             ranking.Statement(
                 created_at=c.hit.payload.created_at.timestamp(),
@@ -786,6 +777,47 @@ class NewerFactsFirst:
                 order.remove(j)
                 order.insert(order.index(i) + 1, j)
         return [self._answering(candidates, i, replaced.get(i)) for i in order]
+
+    def _may_move(
+        self,
+        spec: SearchSpec,
+        candidates: list[Candidate],
+        facts: list[TextFacts],
+        now: bool,
+        asked: frozenset[str],
+    ) -> tuple[list[bool], list[bool]]:
+        """For each candidate: may it restate an older one (no change word), and is it a
+        statement of now (a change only in a thread)?"""
+        # The conversation's own turns (`HeldTurnsLast`) are compared with what they may
+        # update there: a follow-up's "明天就出发去哈尔滨了" is no new value of "下周去哈尔滨
+        # 出差，…零下二十多度" that the question asks for.
+        held = applies(spec)
+        # A new value answers what the question asks for: a time for "几点起飞", a place
+        # for "which city" ("我朋友推荐我在成都去看大熊猫基地" is no new departure time).
+        # Nor is it about someone else than the question asks about ("we adopted a
+        # kitten!! her name is pepper" is no new name of "my dog").
+        kind = ranking.asks_for(spec.query) if now else None
+        restating = [
+            now
+            and n < self.restate_depth
+            and not f.states_change
+            and not f.adds
+            and c.semantic >= self.confident
+            and _may_restate(c.hit.payload)
+            and not (held and holds(spec, c.hit.payload))
+            and (kind is None or names_of(c.hit.payload.content, c.hit.payload.role, kind))
+            and not ranking.about_others(asked, f.subjects - {ranking.SELF})
+            for n, (c, f) in enumerate(zip(candidates, facts, strict=True))
+        ]
+        # A statement of now is a change only in a thread, and only where restating may be.
+        current = [
+            now
+            and f.current
+            and _may_restate(c.hit.payload)
+            and not (held and holds(spec, c.hit.payload))
+            for c, f in zip(candidates, facts, strict=True)
+        ]
+        return restating, current
 
     def _answering(self, candidates: list[Candidate], i: int, k: int | None) -> Candidate:
         """Result `i`, holding at least `inherits` of the relevance of the statement `k` it

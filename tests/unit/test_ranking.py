@@ -573,7 +573,13 @@ def test_the_morning_is_no_past(question: str, now: bool) -> None:
         ("we see dr nakamura now", False, True),
         ("那家倒闭了。。现在去公司旁边的乐刻", True, True),
         ("最近买了辆电瓶车，骑过去15分钟", False, True),
+        # corrections
+        ("actually i got a new one, 555-0142", False, True),
+        ("不对不对，是13号", False, True),
+        ("was lol. it died last month. got a used rav4 to replace it", True, False),
+        ("lol my husband vetoed it. it's gonna be nora", True, False),
         # neither
+        ("ok for now, eating well", False, False),
         ("my yoga class is tuesdays at 6", False, False),
         ("known him forever, we started a band", False, False),
     ],
@@ -619,3 +625,12 @@ def test_short_forms_of_days_name_a_time_and_a_bare_yes_is_a_reaction() -> None:
     assert not ranking.names("she sat down by the window", "time")
     assert ranking.filler("user", "要")
     assert not ranking.filler("user", "要两份")
+
+
+def test_a_question_for_a_name_and_a_text_that_gives_one() -> None:
+    assert ranking.asks_name("what are my fish called?")
+    assert ranking.asks_name("我的仓鼠叫什么？")
+    assert not ranking.asks_name("what does my cat look like?")
+    assert ranking.names_name("two goldfish, named salt and pepper")
+    assert ranking.names_name("一只叫豆豆，一只叫芝麻")
+    assert not ranking.names_name("need to buy food for the fish")

@@ -1123,6 +1123,8 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
             "yeah $240 parts and labor. ouch",
             2,
         ),
+        # a name
+        ("我的仓鼠叫什么？", "我养了两只仓鼠", "一只叫豆豆，一只叫芝麻", 2),
         # the opener names the time already
         ("小林哪天过生日", "小林生日是6月18号，别忘了提醒我", "提前三天就行", 1),
         # a detail the question does not ask for
@@ -1130,6 +1132,13 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
             "what after-school activity did my daughter join?",
             "my daughter got into the robotics club at school",
             "she just turned 12",
+            1,
+        ),
+        # a place in lowercase chat passes for none: no move for a place
+        (
+            "where does priya live?",
+            "my friend priya is visiting from toronto this weekend",
+            "prob brunch and the science museum",
             1,
         ),
         # a Chinese statement with 几 ("a few") does not ask
@@ -1152,3 +1161,22 @@ def test_the_details_go_above_the_turn_that_brought_them_up(
     pool = _ranked(said, asked, told, semantic=(0.9, 0.4, 0.6))
     out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
     assert out[0].hit.id.int == first
+
+
+def test_details_that_share_few_words_move_and_keep_half_the_openers_relevance() -> None:
+    """ "200 bucks, ugh" (0.19) is the amount 房租要涨多少？ asks for, after "my landlord's
+    raising the rent in may" (0.9): it moves, and the floor after the stage keeps it. After
+    an opener that only asks, a reply that relevant on its own is a new topic instead."""
+    said = _exchange(1, "my landlord's raising the rent in may", "s", 1, "user")
+    asked = _exchange(3, "By how much?", "s", 2, "assistant")
+    told = _exchange(2, "200 bucks, ugh", "s", 3, "user")
+    pool = _ranked(said, asked, told, semantic=(0.9, 0.3, 0.19))
+    out = asyncio.run(UserWordsFirst()(spec(query="房租要涨多少？"), pool))
+    assert [c.hit.id.int for c in out] == [2, 1, 3]
+    assert out[0].semantic == pytest.approx(0.45)
+    asks = _exchange(1, "我妈血糖有点高，有什么适合她吃的早餐吗？", "s", 1, "user")
+    aside = _exchange(2, "燕麦她不爱吃，我试试别的", "s", 3, "user")
+    pool = _ranked(asks, asked, aside, semantic=(0.29, 0.3, 0.14))
+    out = asyncio.run(UserWordsFirst()(spec(query="我妈妈身体有什么问题？"), pool))
+    assert out[0].hit.id.int == 1
+    assert out[-1].semantic == pytest.approx(0.14)
