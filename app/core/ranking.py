@@ -395,7 +395,8 @@ _REACTION_WORDS = (
     "pretty really definitely absolutely fun bad worry worries welcome morning night "
     "哈哈 哈哈哈 呵呵 嘿嘿 嗯 嗯嗯 好 好的 好吧 对 对的 是 是的 谢谢 多谢 谢啦 唉 哎 行 可以 "
     "没事 没问题 不错 挺好 还行 知道 明白 收到 嗯呢 哦 哦哦 啊 呀 吧 没想 晚安 早 你好 拜拜 "
-    "要 要的 好啊 当然 please pls"
+    "要 要的 好啊 当然 please pls know got make makes sense sound sounds note noted try will "
+    "还行吧 好吧哈哈"
 )
 _REACTIONS = frozenset(t for w in _REACTION_WORDS.split() for t in terms.tokenize(w))
 _NAME_INSIDE = re.compile(r"(?<=[\w,;:)\]] )([A-Z][\w'-]*)")
@@ -725,6 +726,21 @@ def ends_asking(text: str) -> bool:
         return True
     last = next((c for c in reversed(_CLAUSES.split(text)) if c.strip()), "")
     return _ASKS_EN.search(last) is not None or _ASKS_ZH.search(last) is not None
+
+
+_OPENS_ASKING = re.compile(
+    r"^\W*(?:what|whats|how|where|when|which|who|why|can you|could you|should i|is there|"
+    r"are there|any)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_plainly(text: str) -> bool:
+    """Is the turn plainly a question: marked, or opening with a question word ("whats a
+    good time to schedule a dentist cleaning")? Stricter than `ends_asking`, whose last
+    clause may open like one in a statement ("i'm lactose intolerant"; 几 in 玩几天)."""
+    t = text.rstrip()
+    return ends_asking(t) and (t.endswith(("?", "？")) or _OPENS_ASKING.search(t) is not None)
 
 
 def names_speaker(query: str, speaker: str) -> bool:

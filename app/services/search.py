@@ -604,11 +604,7 @@ class UserWordsFirst:
             or ranking.about_others(asked, ranking.subjects(text) - {ranking.SELF})
         ):
             return False
-        # A Chinese opener asks only with its mark: 几 and 什么 also say "a few", "some"
-        # ("国庆打算带爸妈去成都玩几天").
-        if ranking.ends_asking(said) and (
-            ranking.language(said) == "en" or said.rstrip().endswith(("?", "？"))
-        ):
+        if ranking.asks_plainly(said):
             # Its own words carry the topic: a reply that shares few is a new one ("燕麦她
             # 不爱吃，我试试别的" after "我妈血糖有点高，有什么适合她吃的早餐吗？").
             return turn.semantic >= self.confident

@@ -634,3 +634,20 @@ def test_a_question_for_a_name_and_a_text_that_gives_one() -> None:
     assert ranking.names_name("two goldfish, named salt and pepper")
     assert ranking.names_name("一只叫豆豆，一只叫芝麻")
     assert not ranking.names_name("need to buy food for the fish")
+
+
+@pytest.mark.parametrize(
+    ("text", "filler"),
+    [
+        ("ok good to know", True),
+        ("got it thanks", True),
+        ("makes sense", True),
+        ("还行吧哈哈", True),
+        ("got a new job", False),
+        ("i will try the sushi place", False),
+    ],
+)
+def test_a_users_acknowledgement_is_a_reaction(text: str, filler: bool) -> None:
+    """ "ok good to know" (0.87) came above "i'm on lisinopril for blood pressure" for
+    "what medication am i taking?": it states nothing."""
+    assert ranking.filler("user", text) is filler

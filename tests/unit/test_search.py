@@ -1141,6 +1141,13 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
             "prob brunch and the science museum",
             1,
         ),
+        # a statement whose last clause reads like a question does not ask either
+        (
+            "why can't i have regular milk?",
+            "can't do milk in my coffee, i'm lactose intolerant",
+            "yess oat milk gang",
+            1,
+        ),
         # a Chinese statement with 几 ("a few") does not ask
         ("假期准备去哪里旅游？", "国庆打算带爸妈去成都玩几天", "对，主要想吃火锅", 1),
         # anything after an opener that only asks
