@@ -49,7 +49,7 @@ _WHEN = (
     r"\d{1,2}/\d{1,2}|\d+ (?:hours?|days?|weeks?|months?|minutes?|mins?)\b)"
 )
 _CHANGE = re.compile(
-    r"改成|改到|改为|换成|换了|取消|不再|推迟|提前|搬到|退了|"
+    r"改成|改到|改为|换成|换了|取消|不再|推迟|提前到|提前了|提前至|搬到|退了|"
     r"改了|换号|跳槽|涨到|降到|加到|减到|最后还是|更新一下|挪到|延到|延期|改期|搬去|"
     r"不用了|停了|倒闭|跑路|辞职|离职|新(?:工作|号码?|地址|家|公司|手机|电话|邮箱|单位)|"
     r"\b(?:instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
@@ -649,7 +649,7 @@ _SPECIFIC = re.compile(
 
 # A question for a number: how much, how many, a price, 多少, 几个.
 _ASKS_AMOUNT = re.compile(
-    r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price|budget|fee|rent|pay|spend)\b|"
+    r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price)\b|"
     r"多少|多大|多久|多远|多高|多重|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
     r"价格|价钱|费用|预算|房租",
     re.IGNORECASE,

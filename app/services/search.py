@@ -507,6 +507,11 @@ class UserWordsFirst:
     # How far below its reply the turn may be: further down, moving it pushes every result
     # between them down a place (followups.py's 她的生日是七月九号 fell out of the top 5).
     within: int = 3
+    # The user's answer to the assistant's question goes above it from this share of its
+    # relevance: "她的生日是七月九号，我想提前准备礼物" (0.44) answers "要给她准备什么吗？"
+    # (0.86) in part, and moving it pushed "她…周末还教小朋友弹钢琴" (0.89) out of the top 5
+    # for 玛丽亚周末都做些什么？ (followups.py).
+    answer_relevance: float = 0.7
     # The details (`_tells_more`) from this relevance: they share few words with the
     # question ("200 bucks, ugh", 0.19, for 房租要涨多少？), which the turn before holds.
     detail_relevance: float = 0.1
@@ -549,6 +554,7 @@ class UserWordsFirst:
                         text_facts(turn.hit.payload.content, "user").filler
                         or not asks
                         or ranking.affirms(text)
+                        or turn.semantic < self.answer_relevance * c.semantic
                         if answers
                         else ranking.adds_specifics(reply, text)
                     )

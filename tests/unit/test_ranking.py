@@ -573,6 +573,9 @@ def test_the_morning_is_no_past(question: str, now: bool) -> None:
         ("we see dr nakamura now", False, True),
         ("那家倒闭了。。现在去公司旁边的乐刻", True, True),
         ("最近买了辆电瓶车，骑过去15分钟", False, True),
+        # 提前 moves a time ("会议提前到三点了"), or says "in advance"
+        ("会议提前到三点了", True, False),
+        ("她的生日是七月九号，我想提前准备礼物", False, False),
         # corrections
         ("actually i got a new one, 555-0142", False, True),
         ("不对不对，是13号", False, True),
