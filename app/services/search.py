@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
@@ -653,8 +653,9 @@ class NewerFactsFirst:
       (`thread_turns`) is on its topic more often than its words show ("ya down to 1.5
       cups" after "feeding rex 2 cups of kibble a day", cosine 0.48; "oh wait we just moved
       last week, its 88 harbor rd now" after "my address is 14 elm st apt 2", 0.30): there
-      a change, or how things stand now ("he's with mrs greene now", 现在去公司旁边的乐刻),
-      replaces it at `thread_similarity`.
+      a change replaces it at `thread_similarity`, and so does a statement of how things
+      stand now or a correction ("he's with mrs greene now", 现在去公司旁边的乐刻, "actually
+      …", 不对) when it is the thread's statement most similar to it.
 
     Skipped when the request asks about a period (`time_range`, a named date), where the
     older statement may be the answer. With `as_of` it applies among what existed then.
@@ -695,7 +696,7 @@ class NewerFactsFirst:
         if spec.asks_about_a_period():
             return None
         # A change is compared down to the thread's floor (`replaces` holds the others to
-        # `min_similarity`), and so is a statement of now, which replaces only there.
+        # `min_similarity`); a statement of now too, which replaces only in a thread.
         change = min(self.min_similarity, self.thread_similarity)
         restate = self.restate_similarity if self.restates(spec) else None
         if restate is None:
@@ -724,7 +725,7 @@ class NewerFactsFirst:
         restating, current = self._may_move(spec, candidates, facts, now, asked)
         items = [
             ranking.Statement(
-                created_at=c.hit.payload.created_at.timestamp(),
+                created_at=_said_at(c.hit.payload),
                 changes=f.states_change or r or cur,
             )
             for c, f, r, cur in zip(candidates, facts, restating, current, strict=True)
@@ -743,6 +744,11 @@ class NewerFactsFirst:
                 return False
             thread = self._in_thread(hits[i].payload, hits[k].payload)
             if facts[i].states_change or (current[i] and thread):
+                # A statement of now, or a correction, replaces the statement of the thread
+                # it is closest to: "actually i got a new one, 555-0142" is 0.68 from "my
+                # phone number is 555-0198" and 0.39 from "thurs 7ish" before them.
+                if not facts[i].states_change and closest(i) != k:
+                    return False
                 if c >= (self.thread_similarity if thread else self.min_similarity):
                     announced.append(i)
                     replaced[i] = k
@@ -760,6 +766,7 @@ class NewerFactsFirst:
                 return True
             return False
 
+        closest = cache(partial(self._closest_in_thread, hits, cosine))
         announced: list[int] = []
         replaced: dict[int, int] = {}  # a result moved -> the one it replaces
         order = ranking.promote_changes(items, replaces)
@@ -832,6 +839,20 @@ class NewerFactsFirst:
             return c
         return replace(c, semantic=self.inherits * candidates[k].semantic)
 
+    def _closest_in_thread(
+        self, hits: list[VectorHit], cosine: Callable[[int, int], float | None], i: int
+    ) -> int | None:
+        """The older hit of hit `i`'s thread whose turn is most similar to its own."""
+        known = hits[i].similar
+        best: tuple[float, int] | None = None
+        for j, h in enumerate(hits):
+            if j == i or not self._in_thread(hits[i].payload, h.payload):
+                continue
+            c = cosine(i, j) if known is None else known.get(h.id)
+            if c is not None and (best is None or c > best[0]):
+                best = (c, j)
+        return best[1] if best is not None else None
+
     def _in_thread(self, newer: MemoryPayload, older: MemoryPayload) -> bool:
         """Both the user's, in one session, the newer at most `thread_turns` after."""
         if newer.role != "user" or older.role != "user":
@@ -878,6 +899,15 @@ def _next_user_turn(hits: Sequence[VectorHit], i: int) -> int | None:
         ):
             best = (there[1], j)
     return best[1] if best is not None else None
+
+
+def _said_at(payload: MemoryPayload) -> float:
+    """When the memory was said, in epoch seconds; a turn's place in its session breaks a
+    tie (a microsecond a turn): the messages of one request without their own
+    `created_at` share the time it came in, and "actually i got a new one, 555-0142" is
+    still newer than "my phone number is 555-0198" before it."""
+    at = _place(payload)
+    return payload.created_at.timestamp() + (at[1] * 1e-6 if at is not None else 0.0)
 
 
 def _place(payload: MemoryPayload) -> tuple[str, int] | None:

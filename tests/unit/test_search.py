@@ -575,9 +575,10 @@ def test_newer_facts_first_moves_as_promote_changes_over_every_vector(
     ]
     pool = [Candidate(h, 0.5, 1.0, 0.5, 1.0 - n / 100) for n, h in enumerate(hits)]
     vectors = [_unit(h.vectors.turn) if h.vectors else None for h in hits]
+    # Hits of one day are ordered by their place in the session (`_said_at`).
     items = [
         ranking.Statement(
-            created_at=h.payload.created_at.timestamp(),
+            created_at=h.payload.created_at.timestamp() + h.payload.sources[0]["seq"] * 1e-6,
             changes=ranking.states_change(h.payload.text),
         )
         for h in hits
@@ -1070,6 +1071,32 @@ def test_a_change_a_few_turns_on_replaces_the_statement_it_follows(
     assert [c.hit.id.int for c in out] == ([2, 1] if moves else [1, 2])
 
 
+def test_a_correction_replaces_the_statement_of_the_thread_closest_to_it() -> None:
+    """ "actually i got a new one, 555-0142" corrects "my phone number is 555-0198" (0.68),
+    not "thurs 7ish" (0.39) a turn before, for "what time is my dentist appointment?"."""
+    time = _thread_turn(1, "thurs 7ish", 3, [1.0, 0.0, 0.0])
+    phone = _thread_turn(3, "my phone number is 555-0198", 4, [0.39, 0.0, 0.921])
+    fix = _thread_turn(2, "actually i got a new one, 555-0142", 6, [0.39, 0.639, 0.663])
+    stage = NewerFactsFirst(0.4, restate_similarity=0.9)
+    q = spec(query="what time is my dentist appointment?")
+    out = asyncio.run(stage(q, _ranked(time, fix, phone)))
+    assert [c.hit.id.int for c in out] == [1, 2, 3]
+    # Without the phone number among the candidates, the closest is "thurs 7ish".
+    out = asyncio.run(stage(q, _ranked(time, fix)))
+    assert [c.hit.id.int for c in out] == [2, 1]
+
+
+def test_a_statement_of_now_replaces_only_in_a_thread() -> None:
+    """ "we see dr nakamura now" (cosine 0.6) goes above "emma's allergist is dr reyes"
+    two turns before it; said in another conversation, "now" is no change word."""
+    old = _thread_turn(1, "emma's allergist is dr reyes", 1, _OLD_TURN)
+    for session, moves in (("s", True), ("t", False)):
+        new = _thread_turn(2, "we see dr nakamura now", 3, _NEW_TURN, session=session)
+        stage = NewerFactsFirst(0.4, restate_similarity=0.9)  # no restating here
+        out = asyncio.run(stage(spec(query="who is emma's allergist?"), _ranked(old, new)))
+        assert [c.hit.id.int for c in out] == ([2, 1] if moves else [1, 2])
+
+
 def test_a_new_value_keeps_half_the_relevance_of_the_one_it_replaces() -> None:
     """ "复查完医生说加到一片" (0.08) answers 优甲乐现在一次吃多少 as "我每天吃半片优甲乐"
     (0.97) did: the relevance floor, after this stage, must not drop it and keep the old."""
@@ -1187,3 +1214,26 @@ def test_details_that_share_few_words_move_and_keep_half_the_openers_relevance()
     out = asyncio.run(UserWordsFirst()(spec(query="我妈妈身体有什么问题？"), pool))
     assert out[0].hit.id.int == 1
     assert out[-1].semantic == pytest.approx(0.14)
+
+
+def test_turns_of_one_request_are_ordered_by_their_place_in_the_session() -> None:
+    """Messages sent without `created_at` share the time their request came in: "actually
+    i got a new one, 555-0142" is still the newer one, by its seq."""
+
+    def said(n: int, text: str, seq: int, turn: list[float]) -> VectorHit:
+        return hit(
+            n,
+            days_old=0.5,
+            turn=turn,
+            content=f"user: {text}",
+            role="user",
+            session_id="s",
+            sources=[{"session_id": "s", "message_id": f"m{seq}", "seq": seq}],
+        )
+
+    old = said(1, "my phone number is 555-0198", 4, _OLD_TURN)
+    new = said(2, "actually i got a new one, 555-0142", 6, _NEW_TURN)
+    out = asyncio.run(
+        NewerFactsFirst(0.4)(spec(query="what's my phone number?"), _ranked(old, new))
+    )
+    assert [c.hit.id.int for c in out] == [2, 1]
