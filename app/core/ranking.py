@@ -51,14 +51,15 @@ _WHEN = (
 _CHANGE = re.compile(
     r"改成|改到|改为|换成|换了|取消|不再|推迟|提前到|提前了|提前至|搬到|退了|"
     r"改了|换号|跳槽|涨到|降到|加到|减到|最后还是|更新一下|挪到|延到|延期|改期|搬去|"
-    r"不用了|停了|倒闭|跑路|辞职|离职|新(?:工作|号码?|地址|家|公司|手机|电话|邮箱|单位)|"
+    r"倒闭|跑路|辞职|离职|调了时间|时间调|调整了时间|"
+    r"(?<!创)新(?:工作|号码?|地址|公司|手机|电话|邮箱|单位)|"
     r"\b(?:instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
     r"stopped|quit|bumped|raised|increased|decreased|lowered|went with|in the end|anymore|"
     r"upgraded|downgraded|rebooked|ported|retired|replac(?:e|ed|es|ing)|vetoed|settled on|"
-    r"decided on|going with|bump (?:\w+ ){0,3}(?:up|to)|"
+    r"bump (?:\w+ ){0,3}(?:up|to)|"
     r"swapped (?:my|our|the|his|her|their) (?:\w+ ){0,2}for|"
     r"new (?:email|number|phone|address|password|job|apartment|place|house)|"
-    r"start(?:ing|ed|s)? (?:a |my )?new)\b|"
+    r"start(?:ing|ed|s)? (?:a |my )?new (?:job|role|position|gig|school|class))\b|"
     rf"\bpushed (?:\w+ ){{0,2}}(?:(?:back|out) (?:to |till |until )?|(?:to|till|until) ){_WHEN}|"
     r"\b(?:went|gone|goes|got|now|just|is|are|was|'s|'m|am|ya|yeah|yep|so) down to \$?\d|"
     r"\b(?:went|gone|goes|now|just) up to \$?\d|^\W*down to \$?\d",
@@ -71,9 +72,10 @@ _CHANGE = re.compile(
 # a change only beside the statement it follows in the same conversation
 # (`NewerFactsFirst`), as "now" runs through every kind of talk.
 _CURRENT = re.compile(
-    r"现在|目前|如今|最近|这阵子|这段时间|不对|说错|搞错|记错|更正|"
-    r"\b(?:(?<!for )now|these days|currently|at the moment|nowadays|lately|actually|oops|"
-    r"i meant|correction)\b",
+    r"现在|目前|如今|^\W*不对|说错了|搞错了|记错了|更正|"
+    r"\b(?:(?<!for )(?<!right )(?<!just )(?<!until )(?<!by )now(?! that| on)|these days|"
+    r"currently|nowadays|i meant|correction)\b|"
+    r"^\W*(?:actually|oops|wait|no,? (?:sorry|wait)|sorry,? (?:i meant|it's|its))\b",
     re.IGNORECASE,
 )
 
@@ -103,7 +105,7 @@ _NAMES_TIME_EN = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekends?|weeks?|months?|years?|"
     r"days?|mornings?|afternoons?|evenings?|nights?|noon|midnight|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
-    r"mon|tue|tues|wed|weds|thu|thur|thurs|fri|tmrw|tmr|tmrrw|tonite|"
+    r"tue|tues|weds|thu|thur|thurs|fri|tmrw|tmr|tmrrw|tonite|"
     r"january|february|april|june|july|august|september|october|november|december|"
     r"summer|winter|spring|autumn|recently|lately|soon|since|until|o'clock|"
     r"birthday|anniversary|\d{1,4}(?:st|nd|rd|th|s|ish)?|\d{1,2}\s*[ap]\.?m\.?)\b"
@@ -651,14 +653,16 @@ _SPECIFIC = re.compile(
 _ASKS_AMOUNT = re.compile(
     r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price)\b|"
     r"多少|多大|多久|多远|多高|多重|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
-    r"价格|价钱|费用|预算|房租",
+    r"价格|价钱|几片",
     re.IGNORECASE,
 )
 # A number: digits, or Chinese numerals of two or more, or one before a unit.
+# ("千万别", "万一", "一个人", "半天", "the one on main st" are no amounts.)
 _NUMBER = re.compile(
-    r"\d|[一二三四五六七八九十百千万两半]{2,}|[一二三四五六七八九十百千万两半](?=[天个岁年月号点块元次周斤层楼只])|"
-    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
-    r"fifty|hundred|thousand|dozen|couple)\b",
+    r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]*"
+    r"(?=[块元岁号点天周斤层楼只次片])|"
+    r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|twenty|thirty|"
+    r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple)\b",
     re.IGNORECASE,
 )
 
@@ -667,7 +671,7 @@ _NUMBER = re.compile(
 # question's ("Want to try the hot pot there?" / "对，主要想吃火锅").
 _AFFIRMS = re.compile(
     r"^\W*(?:(?:yes+|yeah|yep|yup|ya|yea|no|nope|nah|sure|ok|okay|definitely|exactly)\b|"
-    r"对|是的|是啊|嗯|好|不是|没有|当然)",
+    r"(?:对|是的|是啊|嗯+|好的?|不是|没有|当然)(?=[，,。.!！~\s]|$))",
     re.IGNORECASE,
 )
 
@@ -681,7 +685,8 @@ def affirms(text: str) -> bool:
 # one ("two goldfish, named salt and pepper", 一只叫豆豆).
 _ASKS_NAME = re.compile(r"\bname[sd]?\b|\bcalled\b|叫什么|叫啥|名字", re.IGNORECASE)
 _NAMES_NAME = re.compile(
-    r"\b(?:named|called|name is|name's|names are)\b|叫|名字|(?<![.!?]\s)(?<=\s)[A-Z][a-z]+"
+    r"\b(?:named|name is|name's|names are)\b|叫(?![了车醒外])|名字|"
+    r"(?<![.!?]\s)(?<=\s)[A-Z][a-z]+"
 )
 
 
@@ -693,6 +698,25 @@ def asks_name(query: str) -> bool:
 def names_name(text: str) -> bool:
     """Does the text give a name ("named salt", 叫豆豆, a capitalised word inside it)?"""
     return _NAMES_NAME.search(text) is not None
+
+
+# A time told as a detail ("thurs 7ish", "after work tmrw", 周六早上八点半): a day, a part
+# of one, a date or a clock time; not any number ("found 2 cavities") nor "last time".
+_WHEN_DETAIL = re.compile(
+    r"\b(?:today|tonight|tomorrow|tmrw|tmr|yesterday|morning|afternoon|evening|noon|"
+    r"midnight|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday|tues|weds|"
+    r"thu|thur|thurs|fri|january|february|april|june|july|august|september|october|"
+    r"november|december|next (?:week|month|year)|\d{1,2}(?::\d{2})?\s*(?:am|pm|ish|o'clock)|"
+    r"\d{1,2}:\d{2}|\d{1,2}(?:st|nd|rd|th))\b",
+    re.IGNORECASE,
+)
+
+
+def names_when(text: str) -> bool:
+    """Does the text tell a time as a detail (a day, a date, a clock time)?"""
+    return _WHEN_DETAIL.search(text) is not None or (
+        _HAS_CJK.search(text) is not None and _NAMES_TIME_ZH.search(text) is not None
+    )
 
 
 def asks_amount(query: str) -> bool:
@@ -728,19 +752,11 @@ def ends_asking(text: str) -> bool:
     return _ASKS_EN.search(last) is not None or _ASKS_ZH.search(last) is not None
 
 
-_OPENS_ASKING = re.compile(
-    r"^\W*(?:what|whats|how|where|when|which|who|why|can you|could you|should i|is there|"
-    r"are there|any)\b",
-    re.IGNORECASE,
-)
-
-
 def asks_plainly(text: str) -> bool:
-    """Is the turn plainly a question: marked, or opening with a question word ("whats a
-    good time to schedule a dentist cleaning")? Stricter than `ends_asking`, whose last
-    clause may open like one in a statement ("i'm lactose intolerant"; 几 in 玩几天)."""
-    t = text.rstrip()
-    return ends_asking(t) and (t.endswith(("?", "？")) or _OPENS_ASKING.search(t) is not None)
+    """Is the turn plainly a question: marked with a question mark? Stricter than
+    `ends_asking`, whose last clause may open like one in a statement ("i'm lactose
+    intolerant"; 几 in 玩几天) and which reads "which reminds me, …" as asking."""
+    return text.rstrip().endswith(("?", "？"))
 
 
 def names_speaker(query: str, speaker: str) -> bool:

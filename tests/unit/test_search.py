@@ -1081,9 +1081,8 @@ def test_a_correction_replaces_the_statement_of_the_thread_closest_to_it() -> No
     q = spec(query="what time is my dentist appointment?")
     out = asyncio.run(stage(q, _ranked(time, fix, phone)))
     assert [c.hit.id.int for c in out] == [1, 2, 3]
-    # Without the phone number among the candidates, the closest is "thurs 7ish".
-    out = asyncio.run(stage(q, _ranked(time, fix)))
-    assert [c.hit.id.int for c in out] == [2, 1]
+    out = asyncio.run(stage(spec(query="what's my phone number?"), _ranked(phone, time, fix)))
+    assert out[0].hit.id.int == 2
 
 
 def test_a_statement_of_now_replaces_only_in_a_thread() -> None:
@@ -1237,3 +1236,75 @@ def test_turns_of_one_request_are_ordered_by_their_place_in_the_session() -> Non
         NewerFactsFirst(0.4)(spec(query="what's my phone number?"), _ranked(old, new))
     )
     assert [c.hit.id.int for c in out] == [2, 1]
+
+
+def test_a_change_that_names_its_value_brings_no_next_turn_along() -> None:
+    """ "switched to a new number, 555-0142" tells its value: the user's next turn ("我女儿
+    在学钢琴，每周六上午") is about something else and stays where it ranked."""
+    old = _thread_turn(1, "my phone number is 555-0198", 1, _OLD_TURN, session="a")
+    change = _thread_turn(2, "switched to a new number, 555-0142", 3, _NEW_TURN, session="b")
+    other = _thread_turn(3, "老师好像不太靠谱", 9, _OLD_TURN, session="c")
+    aside = _thread_turn(4, "我女儿在学钢琴，每周六上午", 4, [0.0, 0.0, 1.0], session="b")
+    pool = _ranked(old, other, aside, change, semantic=(0.99, 0.3, 0.24, 0.73))
+    stage = NewerFactsFirst(0.4, restate_similarity=None)
+    out = asyncio.run(stage(spec(query="what's my phone number?"), pool))
+    assert [c.hit.id.int for c in out] == [2, 1, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("query", "text", "semantic"),
+    [
+        # "right now" is no statement of how things stand
+        ("when is my dentist appointment?", "yes please, right now im swamped at work", 0.5),
+        # a correction opener with nothing relevant or numbered after it
+        ("where do i work?", "oops sorry wrong chat lol", 0.02),
+        # says it adds ("also"): both are true
+        ("what pet do i have?", "and we also got a kitten now", 0.8),
+        # a question
+        ("when is my flight?", "so what time should i leave now?", 0.8),
+        # a change in words, but the question is about the past: the older one answers
+        ("what was my old address?", "oh wait we just moved last week, its 88 harbor rd", 0.8),
+    ],
+)
+def test_a_turn_a_few_on_that_is_no_new_value_replaces_nothing(
+    query: str, text: str, semantic: float
+) -> None:
+    old = _thread_turn(1, "my address is 14 elm st apt 2", 1, _OLD_TURN)
+    new = _thread_turn(2, text, 3, _FAR_TURN)
+    out = asyncio.run(
+        NewerFactsFirst(0.4)(spec(query=query), _ranked(old, new, semantic=(0.9, semantic)))
+    )
+    assert [c.hit.id.int for c in out] == [1, 2]
+    assert out[1].semantic == pytest.approx(semantic)
+
+
+@pytest.mark.parametrize(
+    ("question", "detail"),
+    [
+        ("how much is my rent going up?", "also my car insurance went up to 120 a month"),
+        ("what time is my dentist appointment?", "last time they found 2 cavities lol"),
+        ("how much did the brake job cost?", "the one on main st"),
+        ("我房租多少钱？", "千万别让我搬家"),
+        ("what's my puppy's name?", "a corgi, already called the vet"),
+    ],
+)
+def test_a_next_turn_that_tells_no_detail_asked_for_stays_below(question: str, detail: str) -> None:
+    said = _exchange(1, "my landlord said something about the rent and the dentist", "s", 1, "user")
+    asked = _exchange(3, "Oh?", "s", 2, "assistant")
+    told = _exchange(2, detail, "s", 3, "user")
+    pool = _ranked(said, asked, told, semantic=(0.9, 0.3, 0.5))
+    out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
+    assert out[0].hit.id.int == 1
+
+
+def test_a_yes_that_names_a_number_answers_the_question() -> None:
+    """ "yeah around 2k max" answers "Do you have a budget in mind?" with a value of its
+    own; "对，主要想吃火锅" only agrees."""
+    opener = _exchange(3, "looking at new laptops", "s", 1, "user")
+    asked = _exchange(1, "Do you have a budget in mind?", "s", 2, "assistant")
+    for reply, moves in (("yeah around 2k max", True), ("yeah definitely", False)):
+        answer = _exchange(2, reply, "s", 3, "user")
+        pool = _ranked(asked, opener, answer, semantic=(0.8, 0.3, 0.7))
+        out = asyncio.run(UserWordsFirst()(spec(query="how much can i spend on a laptop?"), pool))
+        ids = [c.hit.id.int for c in out]
+        assert (ids.index(2) < ids.index(1)) is moves
