@@ -659,8 +659,8 @@ _ASKS_AMOUNT = re.compile(
 # A number: digits, or Chinese numerals of two or more, or one before a unit.
 # ("千万别", "万一", "一个人", "半天", "the one on main st" are no amounts.)
 _NUMBER = re.compile(
-    r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]*"
-    r"(?=[块元岁号点天周斤层楼只次片])|"
+    r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]+|"
+    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片])|"
     r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|twenty|thirty|"
     r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple)\b",
     re.IGNORECASE,
