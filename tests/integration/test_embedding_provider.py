@@ -67,7 +67,10 @@ async def test_openai_compatible_embeddings_and_a_refused_message(
             [
                 turn("the red bicycle is in the garage", id="a"),
                 turn("REFUSE this one please", id="b"),
-                turn("blue kayak on the lake", id="c"),
+                # Far from the first in the stub's 8 dimensions ("blue kayak on the lake"
+                # is 0.55 from it): a newer turn that close and as relevant passes for a
+                # restatement of it (`NewerFactsFirst`).
+                turn("my kayak floats", id="c"),
             ],
         )
         # Indexed all the same: the refused message stays in the log, unindexed.
