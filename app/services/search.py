@@ -684,6 +684,11 @@ class NewerFactsFirst:
     # The same user's turns at most this many apart in one session (an exchange or two).
     thread_turns: int = 4
     thread_similarity: float = 0.25
+    # ... against a statement of the thread at most this much less similar than the
+    # closest: "老师那边调了时间" is 0.57 from "我女儿在学钢琴" and 0.32 from "actually i got
+    # a new one, 555-0142"; "复查完医生说加到一片" is 0.43 from "嗯早上空腹" between them and
+    # 0.36 from "我每天吃半片优甲乐", which it replaces.
+    closest_margin: float = 0.15
     # The share of the replaced statement's relevance a new value holds at least.
     inherits: float = 0.5
     confident: float = relevance.CONFIDENT_RELEVANCE
@@ -752,12 +757,16 @@ class NewerFactsFirst:
             if c is None:
                 return False
             if facts[i].states_change or (current[i] and thread):
-                # A statement of now, or a correction, replaces the statement of the thread
-                # it is closest to: "actually i got a new one, 555-0142" is 0.68 from "my
-                # phone number is 555-0198" and 0.39 from "thurs 7ish" before them.
-                if not facts[i].states_change and closest(i) != k:
+                # The thread's floor only against the statements of the thread closest to
+                # it (`closest_margin`), and a statement of now, or a correction, replaces
+                # only those:
+                # "actually i got a new one, 555-0142" is 0.68 from "my phone number is
+                # 555-0198" and 0.39 from "thurs 7ish" before them; "老师那边调了时间" was
+                # ≥ 0.25 from it, and closest to "我女儿在学钢琴，每周六上午".
+                low = thread and c >= closest(i) - self.closest_margin
+                if not (facts[i].states_change or low):
                     return False
-                if c >= (self.thread_similarity if thread else self.min_similarity):
+                if c >= (self.thread_similarity if low else self.min_similarity):
                     if facts[i].states_change:
                         announced.append(i)
                     replaced[i] = k
@@ -879,17 +888,17 @@ class NewerFactsFirst:
 
     def _closest_in_thread(
         self, hits: list[VectorHit], cosine: Callable[[int, int], float | None], i: int
-    ) -> int | None:
-        """The older hit of hit `i`'s thread whose turn is most similar to its own."""
+    ) -> float:
+        """The highest turn cosine of hit `i` with an older hit of its thread (0: none)."""
         known = hits[i].similar
-        best: tuple[float, int] | None = None
+        best = 0.0
         for j, h in enumerate(hits):
             if j == i or not self._in_thread(hits[i].payload, h.payload):
                 continue
             c = cosine(i, j) if known is None else known.get(h.id)
-            if c is not None and (best is None or c > best[0]):
-                best = (c, j)
-        return best[1] if best is not None else None
+            if c is not None and c > best:
+                best = c
+        return best
 
     def _in_thread(self, newer: MemoryPayload, older: MemoryPayload) -> bool:
         """Both the user's, in one session, the newer at most `thread_turns` after."""

@@ -1308,3 +1308,28 @@ def test_a_yes_that_names_a_number_answers_the_question() -> None:
         out = asyncio.run(UserWordsFirst()(spec(query="how much can i spend on a laptop?"), pool))
         ids = [c.hit.id.int for c in out]
         assert (ids.index(2) < ids.index(1)) is moves
+
+
+def test_a_change_in_a_thread_replaces_at_the_low_floor_only_the_statement_closest_to_it() -> None:
+    """ "老师那边调了时间，以后都是周日下午" (a change) is 0.31 from "actually i got a new one,
+    555-0142" two turns before it, and 0.92 from "我女儿在学钢琴，每周六上午": it is no
+    new phone number."""
+    fix = _thread_turn(1, "actually i got a new one, 555-0142", 6, [0.6, 0.8, 0.0])
+    piano = _thread_turn(2, "我女儿在学钢琴，每周六上午", 7, [0.0, 0.0, 1.0])
+    change = _thread_turn(3, "老师那边调了时间，以后都是周日下午", 9, [0.0, 0.385, 0.923])
+    stage = NewerFactsFirst(0.4, restate_similarity=0.99)
+    pool = _ranked(fix, piano, change, semantic=(0.73, 0.2, 0.36))
+    out = asyncio.run(stage(spec(query="what's my phone number?"), pool))
+    assert [c.hit.id.int for c in out] == [1, 3, 2]
+
+
+def test_a_change_in_a_thread_may_replace_a_statement_nearly_as_close_as_the_closest() -> None:
+    """ "复查完医生说加到一片" is 0.43 from "嗯早上空腹" between them and 0.36 from "我每天
+    吃半片优甲乐", which it replaces (within `closest_margin`)."""
+    dose = _thread_turn(1, "我每天吃半片优甲乐", 1, [1.0, 0.0, 0.0])
+    aside = _thread_turn(2, "嗯早上空腹", 3, [0.0, 1.0, 0.0])
+    new = _thread_turn(3, "复查完医生说加到一片", 5, [0.36, 0.43, 0.828])
+    stage = NewerFactsFirst(0.4, restate_similarity=0.99)
+    pool = _ranked(dose, aside, new, semantic=(0.97, 0.7, 0.08))
+    out = asyncio.run(stage(spec(query="优甲乐现在一次吃多少"), pool))
+    assert [c.hit.id.int for c in out] == [3, 1, 2]
