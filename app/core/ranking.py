@@ -51,7 +51,7 @@ _WHEN = (
 _CHANGE = re.compile(
     r"改成|改到|改为|换成|换了|取消|不再|推迟|提前到|提前了|提前至|搬到|退了|"
     r"改了|换号|跳槽|涨到|降到|加到|减到|最后还是|更新一下|挪到|延到|延期|改期|搬去|"
-    r"倒闭|跑路|辞职|离职|调了时间|时间调|调整了时间|"
+    r"倒闭|跑路|辞职|离职|调了时间|时间调|调整了时间|(?<!可以)(?<!建议)(?<!不如)调到(?=[周下上明后这每早晚中\d一二三四五六七八九十两])|改吃|"
     r"(?<!创)新(?:工作|号码?|地址|公司|手机|电话|邮箱|单位)|"
     r"\b(?:instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
     r"stopped|quit|bumped|raised|increased|decreased|lowered|went with|in the end|anymore|"
@@ -59,10 +59,18 @@ _CHANGE = re.compile(
     r"bump (?:\w+ ){0,3}(?:up|to)|"
     r"swapped (?:my|our|the|his|her|their) (?:\w+ ){0,2}for|"
     r"new (?:email|number|phone|address|password|job|apartment|place|house)|"
-    r"start(?:ing|ed|s)? (?:a |my )?new (?:job|role|position|gig|school|class))\b|"
+    r"start(?:ing|ed|s)? (?:a |my )?new (?:job|role|position|gig|school|class)|"
+    r"from now on|taking over|took over|switching to|switch(?:ing)? (?:\w+ )?over to|"
+    r"(?:lower|raise|drop|cut) (?:it|that|this) to)\b|"
+    r"^\W*update\b|"
+    rf"\bstarting (?:in |on |from |this |next )?{_WHEN}|"
     rf"\bpushed (?:\w+ ){{0,2}}(?:(?:back|out) (?:to |till |until )?|(?:to|till|until) ){_WHEN}|"
-    r"\b(?:went|gone|goes|got|now|just|is|are|was|'s|'m|am|ya|yeah|yep|so) down to \$?\d|"
-    r"\b(?:went|gone|goes|now|just) up to \$?\d|^\W*down to \$?\d",
+    # A bare hour after "to" where the sentence goes on about why ("they pushed standup to
+    # 10 so the london folks can join"), not a count ("pushed it to 3 people").
+    r"\bpushed (?:\w+ ){0,2}(?:to|till|until) \d{1,2}(?::\d\d)?"
+    r"(?=\s*(?:$|[,.;!)]|(?:so|because|since|instead|for|and)\b))|"
+    r"\b(?:went|gone|goes|going|got|now|just|is|are|was|'s|'m|am|ya|yeah|yep|so) down to \$?\d|"
+    r"\b(?:went|gone|goes|going|now|just) up to \$?\d|^\W*down to \$?\d",
     re.IGNORECASE,
 )
 
@@ -72,7 +80,7 @@ _CHANGE = re.compile(
 # a change only beside the statement it follows in the same conversation
 # (`NewerFactsFirst`), as "now" runs through every kind of talk.
 _CURRENT = re.compile(
-    r"现在|目前|如今|^\W*不对|说错了|搞错了|记错了|更正|"
+    r"现在|目前|如今|^\W*(?:[哦噢啊额呃嗯]\W*)?不对|说错了|搞错了|记错了|更正|"
     r"\b(?:(?<!for )(?<!right )(?<!just )(?<!until )(?<!by )now(?! that| on)|these days|"
     r"currently|nowadays|i meant|correction)\b|"
     r"^\W*(?:actually|oops|wait|no,? (?:sorry|wait)|sorry,? (?:i meant|it's|its))\b",
@@ -660,7 +668,7 @@ _ASKS_AMOUNT = re.compile(
 # ("千万别", "万一", "一个人", "半天", "the one on main st" are no amounts.)
 _NUMBER = re.compile(
     r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]+|"
-    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片])|"
+    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片]|年级)|"
     r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|twenty|thirty|"
     r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple)\b",
     re.IGNORECASE,
@@ -683,7 +691,10 @@ def affirms(text: str) -> bool:
 
 # A question for a name ("what are my fish called?", 我的仓鼠叫什么？) and a text that gives
 # one ("two goldfish, named salt and pepper", 一只叫豆豆).
-_ASKS_NAME = re.compile(r"\bname[sd]?\b|\bcalled\b|叫什么|叫啥|名字", re.IGNORECASE)
+# "who" asks for a name too ("who's my guitar teacher now", 读书会在谁家？).
+_ASKS_NAME = re.compile(
+    r"\bname[sd]?\b|\bcalled\b|\bwho(?:'s|se|m)?\b|叫什么|叫啥|名字|谁", re.IGNORECASE
+)
 _NAMES_NAME = re.compile(
     r"\b(?:named|name is|name's|names are)\b|叫(?![了车醒外])|名字|"
     r"(?<![.!?]\s)(?<=\s)[A-Z][a-z]+"
@@ -717,6 +728,21 @@ def names_when(text: str) -> bool:
     return _WHEN_DETAIL.search(text) is not None or (
         _HAS_CJK.search(text) is not None and _NAMES_TIME_ZH.search(text) is not None
     )
+
+
+# A reply that answers nothing yet ("还没想好", "not sure yet", "idk"): what was asked is
+# still open.
+_UNDECIDED = re.compile(
+    r"还没(?:想好|定|决定|确定)|没想好|不知道|不确定|不清楚|再说吧|"
+    r"\b(?:not sure|no idea|haven't decided|havent decided|not decided|undecided|dunno|idk|"
+    r"tbd|no clue|don't know|dont know)\b",
+    re.IGNORECASE,
+)
+
+
+def undecided(text: str) -> bool:
+    """Does the reply say it does not know or has not decided yet?"""
+    return _UNDECIDED.search(text) is not None
 
 
 def asks_amount(query: str) -> bool:

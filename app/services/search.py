@@ -132,6 +132,9 @@ class Candidate:
     importance: float
     score: float
     own: float = 1.0  # the share of the match that is the memory's own text (`own_match`)
+    # The query's cosine with the memory's own turn (not its indexed, blended vector); None
+    # when a stage was handed a candidate without it (tests).
+    cosine: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +297,7 @@ class Score:
                 float(importance[i]),
                 float(score[i]),
                 float(own[i]),
+                float(turn_cos[i]),
             )
             for i, (hit, _) in enumerate(hits)
         ]
@@ -517,6 +521,9 @@ class UserWordsFirst:
     detail_relevance: float = 0.1
     # The share of the opener's relevance the details hold at least.
     inherits: float = 0.5
+    # How far the question's cosines with the assistant's question and the user's reply to
+    # it, summed, pass its cosine with the opener (`_asked_alike`).
+    asked_alike: float = 0.17
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if len(candidates) < 2 or ranking.asks_assistant(spec.query):
@@ -565,14 +572,20 @@ class UserWordsFirst:
         kind = ranking.asks_for(spec.query)
         amount = ranking.asks_amount(spec.query)
         name = ranking.asks_name(spec.query)
+        replies = {
+            at: c
+            for c in candidates
+            if c.hit.payload.role == "assistant" and (at := _place(c.hit.payload)) is not None
+        }
         out = list(candidates)
         for n, c in enumerate(candidates):
             at = _place(c.hit.payload) if c.hit.payload.role == "user" else None
             u = places.get((at[0], at[1] + 2)) if at is not None else None
-            if u is None or order.index(u) < order.index(n):
+            if u is None or at is None or order.index(u) < order.index(n):
                 continue
+            between = replies.get((at[0], at[1] + 1))
             if order.index(u) - order.index(n) <= self.within and self._tells_more(
-                candidates[u], c, kind, amount, name, asked
+                candidates[u], c, between, kind, amount, name, asked
             ):
                 order.remove(u)
                 order.insert(order.index(n), u)
@@ -587,6 +600,7 @@ class UserWordsFirst:
         self,
         turn: Candidate,
         opener: Candidate,
+        between: Candidate | None,
         kind: ranking.AnswerType | None,
         amount: bool,
         name: bool,
@@ -614,6 +628,19 @@ class UserWordsFirst:
             or ranking.about_others(ranking.subjects(said) - {ranking.SELF}, mine)
         ):
             return False
+        # The opener names what the question asks for and the reply does not ("lent marcus
+        # $400 …" for "how much does marcus owe me"): the reply goes on about something else.
+        answered = (
+            (kind == "time" and ranking.names(said, kind) and not ranking.names_when(text))
+            or (amount and ranking.names_amount(said) and not ranking.names_amount(text))
+            or (name and ranking.names_name(said) and not ranking.names_name(text))
+        )
+        if (
+            not answered
+            and between is not None
+            and self._asked_alike(turn, opener, between, kind, amount, name)
+        ):
+            return True
         if ranking.asks_plainly(said):
             # Its own words carry the topic: a reply that shares few is a new one ("燕麦她
             # 不爱吃，我试试别的" after "我妈血糖有点高，有什么适合她吃的早餐吗？").
@@ -625,6 +652,48 @@ class UserWordsFirst:
         if amount:
             return ranking.names_amount(text) and not ranking.names_amount(said)
         return name and ranking.names_name(text) and not ranking.names_name(said)
+
+    def _asked_alike(
+        self,
+        turn: Candidate,
+        opener: Candidate,
+        between: Candidate,
+        kind: ranking.AnswerType | None,
+        amount: bool,
+        name: bool,
+    ) -> bool:
+        """Did the assistant ask, between the opener and `turn`, what the question asks,
+        and `turn` answer it? Either it asked for the same kind of answer (a time, a
+        place, a number, a name: "How much do you have so far?" / "about 22k sitting in
+        the HYSA" for "how much have we saved for the house so far"), and the reply is not
+        a bare yes or no; or the question's cosines with the assistant's question and with
+        the reply, summed, pass its cosine with the opener by `asked_alike` (own turn
+        vectors: "Aww! What color is she?" / "grey with white paws" for "what does mochi
+        look like?"): the opener holds the topic's words, the question and its answer the
+        rest."""
+        asks = MemoryPayload.text_of(between.hit.payload.content, "assistant")
+        if not ranking.ends_asking(asks):
+            return False
+        text = MemoryPayload.text_of(turn.hit.payload.content, "user")
+        # Of the same kind is not always of the same thing: "七岁半" (几岁啦？) goes above
+        # "儿子今年体检身高128" for 儿子多高了. Requiring an opener that names none of that
+        # kind lost more than it kept (it names a number of something else: "goal is 60k" for
+        # "how much have we saved so far"; everyday7.json).
+        same_kind = (
+            (kind is not None and ranking.asks_for(asks) == kind)
+            or (amount and ranking.asks_amount(asks))
+            or (name and ranking.asks_name(asks))
+        )
+        if (
+            same_kind
+            and not ranking.undecided(text)
+            and not (ranking.affirms(text) and not ranking.adds_specifics(text, asks))
+        ):
+            return True
+        q_turn, q_opener, q_asked = turn.cosine, opener.cosine, between.cosine
+        if q_turn is None or q_opener is None or q_asked is None:
+            return False
+        return q_asked + q_turn - q_opener >= self.asked_alike
 
 
 @dataclass(frozen=True, slots=True)

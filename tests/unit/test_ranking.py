@@ -419,6 +419,53 @@ def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
     assert [t for t in others if ranking.states_change(t)] == []
 
 
+def test_changes_said_as_a_new_rule_from_some_day_and_their_look_alikes() -> None:
+    """ "starting in november they close at 5", "1.5 cups … from now on", "update: i
+    started eating fish again", 调到周六下午三点: changes. "starting to feel better", "an
+    update on the kids", 可以调到26度试试 (advice): not."""
+    updates = [
+        "daycare sent a letter, starting in november they close at 5 because of staffing",
+        "saw dr patel, we're going up to 100 starting monday",
+        "so vet says murphy's put on 6 lbs, 1.5 cups morning and night from now on",
+        "update: i started eating fish again",
+        "they pushed standup to 10 so the london folks can join",
+        "lower it to 250 honestly, i need to be strict",
+        "sarah's out sick so tom is taking over the call",
+        "she wants me off ibuprofen, switching to tylenol",
+        "老师说从这周开始调到周六下午三点了",
+    ]
+    assert [t for t in updates if not ranking.states_change(t)] == []
+    others = [
+        "starting to feel better today",
+        "i'm starting a pottery class",
+        "any update on the kids' passports?",
+        "可以调到26度试试",
+        "手机调到静音了吗？",
+        "I pushed it to 3 people",
+        "i went down to the lake",
+    ]
+    assert [t for t in others if ranking.states_change(t)] == []
+    # A correction after an interjection is one too: 哦不对，不是周三，是周四.
+    assert ranking.states_current("哦不对，不是周三，是周四，她改票了")
+    assert not ranking.states_current("这样做不对吗")
+
+
+def test_a_reply_that_has_not_decided() -> None:
+    assert ranking.undecided("还没想好")
+    assert ranking.undecided("idk yet, maybe the blue one")
+    assert not ranking.undecided("西双版纳和大理")
+    assert not ranking.undecided("i know the way")
+
+
+def test_who_asks_for_a_name() -> None:
+    assert ranking.asks_name("who's my guitar teacher now")
+    assert ranking.asks_name("读书会在谁家？")
+    assert not ranking.asks_name("what does mochi look like?")
+    # 三年级 names an amount, as 几年级 asks one.
+    assert ranking.names_amount("女儿今年上三年级了")
+    assert ranking.asks_amount("我闺女读几年级了")
+
+
 @pytest.mark.parametrize(
     ("older", "newer", "others"),
     [

@@ -1196,6 +1196,97 @@ def test_the_details_go_above_the_turn_that_brought_them_up(
     assert out[0].hit.id.int == first
 
 
+@pytest.mark.parametrize(
+    ("question", "opener", "asks", "reply", "cosines", "first"),
+    [
+        # the assistant asked what the question asks, and the reply answers it
+        (
+            "what does mochi look like?",
+            "we adopted a kitten!! her name is mochi",
+            "Aww! What color is she?",
+            "grey with white paws",
+            (0.30, 0.45, 0.20),
+            2,
+        ),
+        # ... asked alike too little: the opener stays first
+        (
+            "what does mochi look like?",
+            "we adopted a kitten!! her name is mochi",
+            "Aww! What color is she?",
+            "grey with white paws",
+            (0.45, 0.30, 0.20),
+            1,
+        ),
+        # the opener names the amount asked for and the reply none: it stays first
+        (
+            "how much does marcus owe me",
+            "lent marcus $400 for his transmission",
+            "Want me to remind you around then?",
+            "nah it's marcus, he's good for it",
+            (0.30, 0.45, 0.20),
+            1,
+        ),
+        # the assistant did not ask: nothing was answered
+        (
+            "what does mochi look like?",
+            "we adopted a kitten!! her name is mochi",
+            "Aww, congrats.",
+            "grey with white paws",
+            (0.30, 0.45, 0.20),
+            1,
+        ),
+        # it asked for the same kind of answer (an amount), however far the cosines
+        (
+            "how much have we saved for the house so far",
+            "we're trying to save for a down payment, goal is 60k by end of next year",
+            "That's a clear target. How much do you have so far?",
+            "about 22k sitting in the HYSA",
+            (0.60, 0.10, 0.10),
+            2,
+        ),
+        (
+            "十一假期我们去哪儿旅游？",
+            "国庆打算带爸妈去云南玩",
+            "云南很不错，准备去哪些地方？",
+            "西双版纳和大理",
+            (0.60, 0.10, 0.10),
+            2,
+        ),
+        # ... but a reply that has not decided answers nothing
+        (
+            "十一假期我们去哪儿旅游？",
+            "国庆打算带爸妈去云南玩",
+            "云南很不错，准备去哪些地方？",
+            "还没想好",
+            (0.60, 0.10, 0.10),
+            1,
+        ),
+    ],
+)
+def test_the_reply_to_what_the_assistant_asked_goes_above_the_opener(
+    question: str,
+    opener: str,
+    asks: str,
+    reply: str,
+    cosines: tuple[float, float, float],
+    first: int,
+) -> None:
+    """The question's cosines with the assistant's question and the user's reply, summed,
+    pass its cosine with the opener by `asked_alike` (0.17): the reply answers what the
+    question asks, the opener only brought the topic up."""
+    said = _exchange(1, opener, "s", 1, "user")
+    asked = _exchange(3, asks, "s", 2, "assistant")
+    told = _exchange(2, reply, "s", 3, "user")
+    q_opener, q_asked, q_reply = cosines
+    pool = [
+        Candidate(said, 0.9, 1.0, 0.5, 1.0, cosine=q_opener),
+        Candidate(asked, 0.6, 1.0, 0.5, 0.99, cosine=q_asked),
+        Candidate(told, 0.3, 1.0, 0.5, 0.98, cosine=q_reply),
+    ]
+    out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
+    assert out[0].hit.id.int == first
+
+
 def test_details_that_share_few_words_move_and_keep_half_the_openers_relevance() -> None:
     """ "200 bucks, ugh" (0.19) is the amount 房租要涨多少？ asks for, after "my landlord's
     raising the rent in may" (0.9): it moves, and the floor after the stage keeps it. After
