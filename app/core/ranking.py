@@ -670,7 +670,7 @@ _NUMBER = re.compile(
     r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]+|"
     r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片]|年级)|"
     r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|twenty|thirty|"
-    r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple)\b",
+    r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple|half|twice)\b",
     re.IGNORECASE,
 )
 

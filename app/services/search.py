@@ -911,6 +911,7 @@ class NewerFactsFirst:
         # Nor is it about someone else than the question asks about ("we adopted a
         # kitten!! her name is pepper" is no new name of "my dog").
         kind = ranking.asks_for(spec.query) if now else None
+        amount = now and ranking.asks_amount(spec.query)
         restating = [
             now
             and n < self.restate_depth
@@ -940,6 +941,11 @@ class NewerFactsFirst:
             )
             and not ranking.about_others(asked, f.subjects - {ranking.SELF})
             and (c.semantic >= self.told_relevance or ranking.names_amount(text))
+            # ... and names what the question asks for, as restating does: "好主意！他现在在
+            # 弹小汤四" is no new length of "老师要求每天练40分钟" (老师让孩子每天练琴多久),
+            # "im at like 43k now" no new due date.
+            and (kind is None or names_of(c.hit.payload.content, c.hit.payload.role, kind))
+            and (not amount or ranking.names_amount(text))
             for n, (c, f) in enumerate(zip(candidates, facts, strict=True))
         ]
         return restating, current

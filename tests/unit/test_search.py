@@ -1355,6 +1355,10 @@ def test_a_change_that_names_its_value_brings_no_next_turn_along() -> None:
         ("when is my flight?", "so what time should i leave now?", 0.8),
         # a change in words, but the question is about the past: the older one answers
         ("what was my old address?", "oh wait we just moved last week, its 88 harbor rd", 0.8),
+        # a statement of now that names no time for a question about one
+        ("老师让孩子每天练琴多久", "好主意！他现在在弹小汤四", 0.8),
+        # ... nor a number for a question about one
+        ("how much do i pay for rent now?", "right, im at home now", 0.8),
     ],
 )
 def test_a_turn_a_few_on_that_is_no_new_value_replaces_nothing(
