@@ -733,15 +733,39 @@ def names_when(text: str) -> bool:
 # A reply that answers nothing yet ("还没想好", "not sure yet", "idk"): what was asked is
 # still open.
 _UNDECIDED = re.compile(
-    r"还没(?:想好|定|决定|确定)|没想好|不知道|不确定|不清楚|再说吧|"
+    r"还没(?:想好|定|决定|确定)|没想好|不知道|不确定|不清楚|再说吧|都还好|都没事|没(?:有)?别的|"
     r"\b(?:not sure|no idea|haven't decided|havent decided|not decided|undecided|dunno|idk|"
-    r"tbd|no clue|don't know|dont know)\b",
+    r"tbd|no clue|don't know|dont know|nothing else|that's it|that's all)\b",
+    re.IGNORECASE,
+)
+# The assistant offering to do something ("Want me to remind you a few days before?",
+# 要不要我帮你列个清单？): the reply takes up the offer, it tells nothing asked about.
+_OFFERS = re.compile(
+    r"\b(?:want me to|should i|shall i|would you like me to|do you want me to|need me to|"
+    r"can i help|like me to)\b|需要我|要不要我|要我帮|我帮你|我可以帮",
     re.IGNORECASE,
 )
 
 
+def offers(text: str) -> bool:
+    """Does the assistant's turn offer to do something?"""
+    return _OFFERS.search(last_clause(text)) is not None
+
+
+def last_clause(text: str) -> str:
+    """The turn's last sentence that holds a word ("Are you looking for road or trail?"
+    of "Sizing varies a lot between brands. Are you looking for road or trail?")."""
+    return next((c for c in reversed(_CLAUSES.split(text)) if c.strip()), "")
+
+
+def has_cjk(text: str) -> bool:
+    """Does the text hold a Chinese character?"""
+    return _HAS_CJK.search(text) is not None
+
+
 def undecided(text: str) -> bool:
-    """Does the reply say it does not know or has not decided yet?"""
+    """Does the reply say it does not know, has not decided yet, or that there is nothing
+    more ("别的好像都还好")?"""
     return _UNDECIDED.search(text) is not None
 
 

@@ -569,9 +569,7 @@ class UserWordsFirst:
                     continue
                 order.remove(u)
                 order.insert(order.index(n), u)
-        kind = ranking.asks_for(spec.query)
-        amount = ranking.asks_amount(spec.query)
-        name = ranking.asks_name(spec.query)
+        question = _Question.of(spec.query)
         replies = {
             at: c
             for c in candidates
@@ -580,20 +578,27 @@ class UserWordsFirst:
         out = list(candidates)
         for n, c in enumerate(candidates):
             at = _place(c.hit.payload) if c.hit.payload.role == "user" else None
-            u = places.get((at[0], at[1] + 2)) if at is not None else None
-            if u is None or at is None or order.index(u) < order.index(n):
+            if at is None:
                 continue
-            between = replies.get((at[0], at[1] + 1))
-            if order.index(u) - order.index(n) <= self.within and self._tells_more(
-                candidates[u], c, between, kind, amount, name, asked
-            ):
-                order.remove(u)
-                order.insert(order.index(n), u)
-                # It answers what the opener was relevant for, in fewer of its words
-                # ("200 bucks, ugh", 0.19): the relevance floor must not drop it.
-                floor = self.inherits * c.semantic
-                if out[u].semantic < floor:
-                    out[u] = replace(out[u], semantic=floor)
+            # The user's next turn, or the one after it when the assistant asked before it
+            # ("How often do you see him?" / "every other saturday, 45 min", two exchanges
+            # after "started guitar lessons finally!!").
+            for step in (2, 4):
+                u = places.get((at[0], at[1] + step))
+                if u is None or order.index(u) < order.index(n):
+                    continue
+                between = replies.get((at[0], at[1] + step - 1))
+                if order.index(u) - order.index(n) <= self.within and self._tells_more(
+                    candidates[u], c, between, question, asked, further=step > 2
+                ):
+                    order.remove(u)
+                    order.insert(order.index(n), u)
+                    # It answers what the opener was relevant for, in fewer of its words
+                    # ("200 bucks, ugh", 0.19): the relevance floor must not drop it.
+                    floor = self.inherits * c.semantic
+                    if out[u].semantic < floor:
+                        out[u] = replace(out[u], semantic=floor)
+                    break
         return [out[n] for n in order]
 
     def _tells_more(
@@ -601,10 +606,10 @@ class UserWordsFirst:
         turn: Candidate,
         opener: Candidate,
         between: Candidate | None,
-        kind: ranking.AnswerType | None,
-        amount: bool,
-        name: bool,
+        question: _Question,
         asked: frozenset[str],
+        *,
+        further: bool = False,
     ) -> bool:
         """Is `turn`, the user's next turn after `opener` (the assistant's between), the
         detail the question asks for, which the opener brought up without it? "thurs 7ish"
@@ -615,6 +620,7 @@ class UserWordsFirst:
         keeps its place above "提前三天就行"). Or anything after an opener that only asks.
         A detail the question does not ask for stays below ("she just turned 12" after "my
         daughter got into the robotics club" for "what activity did she join?")."""
+        kind, amount, name = question.kind, question.amount, question.name
         text = MemoryPayload.text_of(turn.hit.payload.content, "user")
         said = MemoryPayload.text_of(opener.hit.payload.content, "user")
         mine = ranking.subjects(text) - {ranking.SELF}
@@ -638,9 +644,11 @@ class UserWordsFirst:
         if (
             not answered
             and between is not None
-            and self._asked_alike(turn, opener, between, kind, amount, name)
+            and self._asked_alike(turn, opener, between, question)
         ):
             return True
+        if further:  # two exchanges on: only as the answer to what the assistant asked
+            return False
         if ranking.asks_plainly(said):
             # Its own words carry the topic: a reply that shares few is a new one ("燕麦她
             # 不爱吃，我试试别的" after "我妈血糖有点高，有什么适合她吃的早餐吗？").
@@ -658,9 +666,7 @@ class UserWordsFirst:
         turn: Candidate,
         opener: Candidate,
         between: Candidate,
-        kind: ranking.AnswerType | None,
-        amount: bool,
-        name: bool,
+        question: _Question,
     ) -> bool:
         """Did the assistant ask, between the opener and `turn`, what the question asks,
         and `turn` answer it? Either it asked for the same kind of answer (a time, a
@@ -672,17 +678,26 @@ class UserWordsFirst:
         look like?"): the opener holds the topic's words, the question and its answer the
         rest."""
         asks = MemoryPayload.text_of(between.hit.payload.content, "assistant")
-        if not ranking.ends_asking(asks):
+        if not ranking.ends_asking(asks) or ranking.offers(asks):
             return False
+        # What it asked is its last sentence: "Sizing varies a lot between brands." is no
+        # question about the size.
+        asks = ranking.last_clause(asks)
         text = MemoryPayload.text_of(turn.hit.payload.content, "user")
         # Of the same kind is not always of the same thing: "七岁半" (几岁啦？) goes above
         # "儿子今年体检身高128" for 儿子多高了. Requiring an opener that names none of that
         # kind lost more than it kept (it names a number of something else: "goal is 60k" for
         # "how much have we saved so far"; everyday7.json).
+        said = MemoryPayload.text_of(opener.hit.payload.content, "user")
         same_kind = (
-            (kind is not None and ranking.asks_for(asks) == kind)
-            or (amount and ranking.asks_amount(asks))
-            or (name and ranking.asks_name(asks))
+            (question.kind is not None and ranking.asks_for(asks) == question.kind)
+            or (question.amount and ranking.asks_amount(asks))
+            or (question.name and ranking.asks_name(asks))
+            # ... or about the same thing: a word of the question that the assistant's
+            # question holds and the opener does not ("Do you know his size and which
+            # color he'd like?" for "what size shoe does dad wear", after "looking at those
+            # allbirds tree runners for my dad's birthday").
+            or bool((question.words & _words(asks)) - _words(said))
         )
         if (
             same_kind
@@ -694,6 +709,31 @@ class UserWordsFirst:
         if q_turn is None or q_opener is None or q_asked is None:
             return False
         return q_asked + q_turn - q_opener >= self.asked_alike
+
+
+@dataclass(frozen=True, slots=True)
+class _Question:
+    """What a question asks for, as `UserWordsFirst`'s details read it."""
+
+    kind: ranking.AnswerType | None  # a time or a place
+    amount: bool
+    name: bool
+    words: frozenset[str]  # `_words`
+
+    @classmethod
+    def of(cls, query: str) -> _Question:
+        return cls(
+            ranking.asks_for(query),
+            ranking.asks_amount(query),
+            ranking.asks_name(query),
+            _words(query),
+        )
+
+
+def _words(text: str) -> frozenset[str]:
+    """The text's index words that tell something: not stop words (`terms.tokenize`),
+    nor a single Chinese character (上, 好) or an English word of fewer than three letters."""
+    return frozenset(w for w in terms.tokenize(text) if len(w) >= (2 if ranking.has_cjk(w) else 3))
 
 
 @dataclass(frozen=True, slots=True)

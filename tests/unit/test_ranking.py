@@ -450,11 +450,22 @@ def test_changes_said_as_a_new_rule_from_some_day_and_their_look_alikes() -> Non
     assert not ranking.states_current("这样做不对吗")
 
 
+def test_an_offer_and_the_last_sentence() -> None:
+    assert ranking.offers("Annoying. Want me to remind you a few days before?")
+    assert ranking.offers("好的，要不要我帮你列个清单？")
+    assert not ranking.offers("Want me to stop? No. What's the role?")
+    assert not ranking.offers("Congrats! What's the role?")
+    assert ranking.last_clause("Sizing varies. Are you looking for road or trail?") == (
+        " Are you looking for road or trail"
+    )
+
+
 def test_a_reply_that_has_not_decided() -> None:
     assert ranking.undecided("还没想好")
     assert ranking.undecided("idk yet, maybe the blue one")
     assert not ranking.undecided("西双版纳和大理")
     assert not ranking.undecided("i know the way")
+    assert ranking.undecided("别的好像都还好")
 
 
 def test_who_asks_for_a_name() -> None:

@@ -1261,6 +1261,33 @@ def test_the_details_go_above_the_turn_that_brought_them_up(
             (0.60, 0.10, 0.10),
             1,
         ),
+        # it asked about a word of the question the opener lacks
+        (
+            "what size shoe does dad wear",
+            "looking at those allbirds tree runners for my dad's birthday",
+            "Nice pick. Do you know his size and which color he'd like?",
+            "11, the charcoal grey",
+            (0.60, 0.10, 0.10),
+            2,
+        ),
+        # ... in a sentence before its question: no
+        (
+            "what size should i get in hoka",
+            "need new running shoes, these are worn out",
+            "Sizing varies a lot between brands. Are you looking for road or trail?",
+            "road",
+            (0.60, 0.10, 0.10),
+            1,
+        ),
+        # an offer is taken up, it asks for nothing the question asks
+        (
+            "what day is the power bill due",
+            "electric bill is due the 18th every month",
+            "Annoying. Want me to remind you a few days before?",
+            "yes the 15th",
+            (0.30, 0.45, 0.20),
+            1,
+        ),
     ],
 )
 def test_the_reply_to_what_the_assistant_asked_goes_above_the_opener(
@@ -1285,6 +1312,31 @@ def test_the_reply_to_what_the_assistant_asked_goes_above_the_opener(
     ]
     out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
     assert out[0].hit.id.int == first
+
+
+def test_the_answer_two_exchanges_on_goes_above_the_opener() -> None:
+    """ "every other saturday, 45 min" answers "How often do you see him?", two exchanges
+    after "started guitar lessons finally!!": for "how often do i have guitar lessons" it
+    goes above the opener; an answer to a question the assistant did not ask stays."""
+    said = _exchange(1, "started guitar lessons finally!! teacher's name is carlos", "s", 0, "user")
+    chords = _exchange(3, "basic open chords, G C D and E minor", "s", 2, "user")
+    asked = _exchange(4, "The classic starter set. How often do you see him?", "s", 3, "assistant")
+    often = _exchange(2, "every other saturday, 45 min", "s", 4, "user")
+
+    def ranked(ask: VectorHit) -> list[Candidate]:
+        return [
+            Candidate(said, 0.9, 1.0, 0.5, 1.0, cosine=0.6),
+            Candidate(ask, 0.5, 1.0, 0.5, 0.99, cosine=0.2),
+            Candidate(often, 0.4, 1.0, 0.5, 0.98, cosine=0.1),
+            Candidate(chords, 0.3, 1.0, 0.5, 0.97, cosine=0.1),
+        ]
+
+    stage = UserWordsFirst()
+    out = asyncio.run(stage(spec(query="how often do i have guitar lessons"), ranked(asked)))
+    assert out[0].hit.id.int == 2
+    told = _exchange(4, "The classic starter set.", "s", 3, "assistant")
+    out = asyncio.run(stage(spec(query="how often do i have guitar lessons"), ranked(told)))
+    assert out[0].hit.id.int == 1
 
 
 def test_details_that_share_few_words_move_and_keep_half_the_openers_relevance() -> None:
