@@ -595,9 +595,7 @@ class UserWordsFirst:
                     order.insert(order.index(n), u)
                     # It answers what the opener was relevant for, in fewer of its words
                     # ("200 bucks, ugh", 0.19): the relevance floor must not drop it.
-                    floor = self.inherits * c.semantic
-                    if out[u].semantic < floor:
-                        out[u] = replace(out[u], semantic=floor)
+                    out[u] = _not_below(out[u], c, self.inherits, spec.min_relevance)
                     break
         return [out[n] for n in order]
 
@@ -728,6 +726,19 @@ class _Question:
             ranking.asks_name(query),
             _words(query),
         )
+
+
+def _not_below(moved: Candidate, over: Candidate, share: float, floor: float) -> Candidate:
+    """`moved`, put above `over` as what answers in its place, with at least `share` of
+    its relevance, and never under the relevance floor (`floor`, the request's
+    `min_relevance`) when `over` passes it: the floor must not keep the turn it was put
+    above and drop the answer."""
+    least = share * over.semantic
+    if over.semantic >= floor > 0:
+        least = max(least, floor)
+    if moved.semantic >= least:
+        return moved
+    return replace(moved, semantic=least)
 
 
 def _words(text: str) -> frozenset[str]:
@@ -901,7 +912,7 @@ class NewerFactsFirst:
         # and go on about other things (R@5 0.684 → 0.677 when it applied to them).
         if ranking.asks_about_user(spec.query):
             self._bring_told(candidates, facts, asked, announced, order)
-        return [self._answering(candidates, i, replaced.get(i)) for i in order]
+        return [self._answering(spec, candidates, i, replaced.get(i)) for i in order]
 
     def _bring_told(
         self,
@@ -990,16 +1001,19 @@ class NewerFactsFirst:
         ]
         return restating, current
 
-    def _answering(self, candidates: list[Candidate], i: int, k: int | None) -> Candidate:
+    def _answering(
+        self, spec: SearchSpec, candidates: list[Candidate], i: int, k: int | None
+    ) -> Candidate:
         """Result `i`, holding at least `inherits` of the relevance of the statement `k` it
         replaces: it answers what that one answered, in words the question may not share
         ("复查完医生说加到一片", 0.08, for 优甲乐现在一次吃多少 over "我每天吃半片优甲乐", 0.97),
         and the relevance floor (`MinRelevance`, after this stage) would drop it and keep
-        the old value."""
-        c = candidates[i]
-        if k is None or c.semantic >= self.inherits * candidates[k].semantic:
-            return c
-        return replace(c, semantic=self.inherits * candidates[k].semantic)
+        the old value. Nor ever keep the old one alone: "we're going up to 100 starting
+        monday" held 0.099 of "started the sertraline today, 50mg" (0.198) for "what dose
+        of zoloft am i on", under the 0.1 floor the old one passed."""
+        if k is None:
+            return candidates[i]
+        return _not_below(candidates[i], candidates[k], self.inherits, spec.min_relevance)
 
     def _closest_in_thread(
         self, hits: list[VectorHit], cosine: Callable[[int, int], float | None], i: int

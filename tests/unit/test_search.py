@@ -1480,3 +1480,22 @@ def test_a_change_in_a_thread_may_replace_a_statement_nearly_as_close_as_the_clo
     pool = _ranked(dose, aside, new, semantic=(0.97, 0.7, 0.08))
     out = asyncio.run(stage(spec(query="优甲乐现在一次吃多少"), pool))
     assert [c.hit.id.int for c in out] == [3, 1, 2]
+
+
+def test_a_moved_answer_passes_the_floor_its_old_value_passes() -> None:
+    """ "we're going up to 100 starting monday" (0.02) replaces "started the sertraline
+    today, 50mg in the morning" (0.198) for "what dose of zoloft am i on": half of 0.198 is
+    under the 0.1 floor, which would keep the old dose and drop the new one."""
+    old = _thread_turn(1, "started the sertraline today, 50mg in the morning", 1, _OLD_TURN)
+    new = _thread_turn(2, "saw dr patel, we're going up to 100 starting monday", 5, _NEW_TURN)
+    pool = _ranked(old, new, semantic=(0.198, 0.02))
+    query = "what dose of zoloft am i on"
+    moved = asyncio.run(NewerFactsFirst(0.4)(spec(query=query, min_relevance=0.1), pool))
+    assert [c.hit.id.int for c in moved] == [2, 1]
+    assert moved[0].semantic == pytest.approx(0.1)
+    kept = asyncio.run(MinRelevance()(spec(query=query, min_relevance=0.1), moved))
+    assert [c.hit.id.int for c in kept] == [2, 1]
+    # An old value under the floor itself lends only its half: both go.
+    pool = _ranked(old, new, semantic=(0.08, 0.02))
+    moved = asyncio.run(NewerFactsFirst(0.4)(spec(query=query, min_relevance=0.1), pool))
+    assert moved[0].semantic == pytest.approx(0.04)
