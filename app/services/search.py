@@ -645,7 +645,7 @@ class UserWordsFirst:
             and self._asked_alike(turn, opener, between, question)
         ):
             return True
-        if further:  # two exchanges on: only as the answer to what the assistant asked
+        if further or answered:  # two exchanges on: only as the answer to what it asked
             return False
         if ranking.asks_plainly(said):
             # Its own words carry the topic: a reply that shares few is a new one ("燕麦她

@@ -1176,6 +1176,13 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
         ),
         # a Chinese statement with 几 ("a few") does not ask
         ("假期准备去哪里旅游？", "国庆打算带爸妈去成都玩几天", "对，主要想吃火锅", 1),
+        # an opener that asks but names the time asked for: it answers
+        (
+            "what day is our wedding anniversary",
+            "our anniversary's coming up, 10 years on may 3rd!! ideas?",
+            "lol tin. she'd kill me. the trip idea is nice tho",
+            1,
+        ),
         # anything after an opener that only asks
         (
             "what kind of books do i like?",
