@@ -541,6 +541,8 @@ def subjects(text: str) -> frozenset[str]:
     found: set[str] = set()
     for m in _SUBJECT_EN.finditer(text):
         word = (m.group(1) or m.group(2)).lower()
+        if word == "folks" and m.group().lower().startswith("the"):
+            continue  # "so the london folks can join": people, not the speaker's parents
         found |= _SUBJECT_CLASS.get(word, _SUBJECT_CLASS.get(word.rstrip("s"), frozenset()))
     if _HAS_CJK.search(text) is not None:
         for m in _SUBJECT_ZH.finditer(text):

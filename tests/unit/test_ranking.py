@@ -729,3 +729,10 @@ def test_a_users_acknowledgement_is_a_reaction(text: str, filler: bool) -> None:
     """ "ok good to know" (0.87) came above "i'm on lisinopril for blood pressure" for
     "what medication am i taking?": it states nothing."""
     assert ranking.filler("user", text) is filler
+
+
+def test_the_folks_of_a_place_are_no_parents() -> None:
+    assert ranking.subjects("they pushed standup to 10 so the london folks can join") == (
+        frozenset()
+    )
+    assert ranking.subjects("my folks are visiting") == frozenset({"mother", "father"})
