@@ -81,6 +81,10 @@ _CHANGE = re.compile(
 # (`NewerFactsFirst`), as "now" runs through every kind of talk.
 _CURRENT = re.compile(
     r"现在|目前|如今|^\W*(?:[哦噢啊额呃嗯]\W*)?不对|说错了|搞错了|记错了|更正|"
+    # What someone whose word sets it said later in the conversation: "验血维D才15，医生让我
+    # 吃2000的", "跟教练聊了下，他说…定个63就够了", "vet says … 1.5 cups".
+    r"(?:医生|大夫|兽医|教练|老板|领导|老师)[^。！？!?]{0,8}?(?:说|让|要求)|"
+    r"\b(?:doctor|doc|dr \w+|vet|physio|coach|boss|teacher)\s+(?:says|said|wants|told me)\b|"
     r"\b(?:(?<!for )(?<!right )(?<!just )(?<!until )(?<!by )now(?! that| on)|these days|"
     r"currently|nowadays|i meant|correction)\b|"
     r"^\W*(?:actually|oops|wait|no,? (?:sorry|wait)|sorry,? (?:i meant|it's|its))\b",

@@ -736,3 +736,17 @@ def test_the_folks_of_a_place_are_no_parents() -> None:
         frozenset()
     )
     assert ranking.subjects("my folks are visiting") == frozenset({"mother", "father"})
+
+
+def test_what_a_doctor_or_coach_said_is_how_things_stand() -> None:
+    """Told later in a conversation, a doctor's, a vet's or a coach's word is a statement
+    of how things stand (a change only in a thread, `NewerFactsFirst`)."""
+    for text in (
+        "验血维D才15，医生让我吃2000的",
+        "跟教练聊了下，他说我肌肉量挺高的，定个63就够了",
+        "so vet says murphy's put on 6 lbs",
+        "my doctor wants me on vitamin D, 2000 IU daily",
+    ):
+        assert ranking.states_current(text), text
+    for text in ("在健身房买了20节私教课，教练叫阿杰", "my doctor is great", "老师很耐心"):
+        assert not ranking.states_current(text), text
