@@ -809,6 +809,11 @@ class NewerFactsFirst:
     # a new one, 555-0142"; "复查完医生说加到一片" is 0.43 from "嗯早上空腹" between them and
     # 0.36 from "我每天吃半片优甲乐", which it replaces.
     closest_margin: float = 0.15
+    # A change in words in the user's very next turn after a statement (the assistant's
+    # between at most) replaces it from this cosine: "my wife vetoed it lol, going with
+    # alabaster instead" is 0.22 from "the kitchen paint color is going to be agreeable
+    # gray" before it, and its "it" is that statement.
+    next_similarity: float = 0.15
     # The share of the replaced statement's relevance a new value holds at least.
     inherits: float = 0.5
     confident: float = relevance.CONFIDENT_RELEVANCE
@@ -831,12 +836,13 @@ class NewerFactsFirst:
             change = self.min_similarity
             return lambda payload: change if states_change(payload) else None
         floor = min(self.min_similarity, self.thread_similarity, restate)
+        change_floor = min(floor, self.next_similarity)
 
         held = applies(spec)
 
         def compare(payload: MemoryPayload) -> float | None:
             if states_change(payload):
-                return floor
+                return change_floor
             if not _may_restate(payload) or (held and holds(spec, payload)):
                 return None
             return floor if text_facts(payload.content, payload.role).current else restate
@@ -886,7 +892,10 @@ class NewerFactsFirst:
                 low = thread and c >= closest(i) - self.closest_margin
                 if not (facts[i].states_change or low):
                     return False
-                if c >= (self.thread_similarity if low else self.min_similarity):
+                floor = self.thread_similarity if low else self.min_similarity
+                if low and facts[i].states_change and self._next_after(hits[i], hits[k]):
+                    floor = min(floor, self.next_similarity)
+                if c >= floor:
                     if facts[i].states_change:
                         announced.append(i)
                     replaced[i] = k
@@ -1028,6 +1037,12 @@ class NewerFactsFirst:
             if c is not None and c > best:
                 best = c
         return best
+
+    @staticmethod
+    def _next_after(newer: VectorHit, older: VectorHit) -> bool:
+        """Is `newer` the user's turn right after `older`, the assistant's between at most?"""
+        a, b = _place(newer.payload), _place(older.payload)
+        return a is not None and b is not None and a[0] == b[0] and 0 < a[1] - b[1] <= 2
 
     def _in_thread(self, newer: MemoryPayload, older: MemoryPayload) -> bool:
         """Both the user's, in one session, the newer at most `thread_turns` after."""

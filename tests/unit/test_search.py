@@ -1506,3 +1506,18 @@ def test_a_moved_answer_passes_the_floor_its_old_value_passes() -> None:
     pool = _ranked(old, new, semantic=(0.08, 0.02))
     moved = asyncio.run(NewerFactsFirst(0.4)(spec(query=query, min_relevance=0.1), pool))
     assert moved[0].semantic == pytest.approx(0.04)
+
+
+def test_a_change_in_the_very_next_turn_replaces_from_a_lower_cosine() -> None:
+    """ "my wife vetoed it lol, going with alabaster instead" is 0.22 from "the kitchen
+    paint color is going to be agreeable gray", the user's turn before it: it replaces it
+    (from `next_similarity`, 0.15). Two exchanges on, it would need the thread's 0.25."""
+    far = [0.2, 0.98, 0.0]
+    query = "厨房刷什么颜色定了吗"
+    old = _thread_turn(1, "the kitchen paint color is going to be agreeable gray", 1, _OLD_TURN)
+    new = _thread_turn(2, "my wife vetoed it lol, going with alabaster instead", 3, far)
+    out = asyncio.run(NewerFactsFirst(0.4)(spec(query=query), _ranked(old, new)))
+    assert [c.hit.id.int for c in out] == [2, 1]
+    later = _thread_turn(2, "my wife vetoed it lol, going with alabaster instead", 5, far)
+    out = asyncio.run(NewerFactsFirst(0.4)(spec(query=query), _ranked(old, later)))
+    assert [c.hit.id.int for c in out] == [1, 2]
