@@ -764,6 +764,21 @@ def last_clause(text: str) -> str:
     return next((c for c in reversed(_CLAUSES.split(text)) if c.strip()), "")
 
 
+_ASKS_CLOCK = re.compile(r"\bwhat time\b|几点|什么时间", re.IGNORECASE)
+_ASKS_DAY = re.compile(
+    r"\b(?:what|which) (?:day|date|weekend)\b|哪天|哪一天|几号|星期几|周几|礼拜几|哪个周末",
+    re.IGNORECASE,
+)
+
+
+def time_asked(text: str) -> Literal["clock", "day"] | None:
+    """Which time a question asks for: a clock time ("what time", 几点) or a day ("which
+    day", 哪天); None when it does not say."""
+    if _ASKS_CLOCK.search(text) is not None:
+        return "clock"
+    return "day" if _ASKS_DAY.search(text) is not None else None
+
+
 def has_cjk(text: str) -> bool:
     """Does the text hold a Chinese character?"""
     return _HAS_CJK.search(text) is not None

@@ -688,7 +688,12 @@ class UserWordsFirst:
         # "how much have we saved so far"; everyday7.json).
         said = MemoryPayload.text_of(opener.hit.payload.content, "user")
         same_kind = (
-            (question.kind is not None and ranking.asks_for(asks) == question.kind)
+            (
+                question.kind is not None
+                and ranking.asks_for(asks) == question.kind
+                # a day is no clock time: "几点到？" / "八点到南站" for 我妈哪天到
+                and not _other_times(question.query, asks)
+            )
             or (question.amount and ranking.asks_amount(asks))
             or (question.name and ranking.asks_name(asks))
             # ... or about the same thing: a word of the question that the assistant's
@@ -713,6 +718,7 @@ class UserWordsFirst:
 class _Question:
     """What a question asks for, as `UserWordsFirst`'s details read it."""
 
+    query: str
     kind: ranking.AnswerType | None  # a time or a place
     amount: bool
     name: bool
@@ -721,6 +727,7 @@ class _Question:
     @classmethod
     def of(cls, query: str) -> _Question:
         return cls(
+            query,
             ranking.asks_for(query),
             ranking.asks_amount(query),
             ranking.asks_name(query),
@@ -739,6 +746,12 @@ def _not_below(moved: Candidate, over: Candidate, share: float, floor: float) ->
     if moved.semantic >= least:
         return moved
     return replace(moved, semantic=least)
+
+
+def _other_times(a: str, b: str) -> bool:
+    """Do the two questions ask for different times (a day and a clock time)?"""
+    x, y = ranking.time_asked(a), ranking.time_asked(b)
+    return x is not None and y is not None and x != y
 
 
 def _words(text: str) -> frozenset[str]:
@@ -877,6 +890,10 @@ class NewerFactsFirst:
             if not (facts[i].states_change or restating[i] or (current[i] and thread)):
                 return False
             if ranking.about_others(facts[i].subjects, facts[k].subjects):
+                return False
+            if hits[i].payload.role == "assistant" and self._next_after(hits[i], hits[k]):
+                # The assistant confirming the user's change ("好的，改成周四晚上了。几点
+                # 到？" after "哦不对，不是周三，是周四"): the user's words stay first.
                 return False
             known = hits[i].similar
             c = cosine(i, k) if known is None else known.get(hits[k].id)
@@ -1040,7 +1057,8 @@ class NewerFactsFirst:
 
     @staticmethod
     def _next_after(newer: VectorHit, older: VectorHit) -> bool:
-        """Is `newer` the user's turn right after `older`, the assistant's between at most?"""
+        """Is `newer` at most two turns after `older` in its session (the user's next turn,
+        the assistant's between at most, or the reply to it)?"""
         a, b = _place(newer.payload), _place(older.payload)
         return a is not None and b is not None and a[0] == b[0] and 0 < a[1] - b[1] <= 2
 

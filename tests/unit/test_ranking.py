@@ -750,3 +750,17 @@ def test_what_a_doctor_or_coach_said_is_how_things_stand() -> None:
         assert ranking.states_current(text), text
     for text in ("在健身房买了20节私教课，教练叫阿杰", "my doctor is great", "老师很耐心"):
         assert not ranking.states_current(text), text
+
+
+@pytest.mark.parametrize(
+    ("question", "asked"),
+    [
+        ("我妈哪天到", "day"),
+        ("几点到？", "clock"),
+        ("what time is standup", "clock"),
+        ("which day is the dinner?", "day"),
+        ("when is my dentist appointment?", None),
+    ],
+)
+def test_a_clock_time_or_a_day(question: str, asked: str | None) -> None:
+    assert ranking.time_asked(question) == asked

@@ -1521,3 +1521,15 @@ def test_a_change_in_the_very_next_turn_replaces_from_a_lower_cosine() -> None:
     later = _thread_turn(2, "my wife vetoed it lol, going with alabaster instead", 5, far)
     out = asyncio.run(NewerFactsFirst(0.4)(spec(query=query), _ranked(old, later)))
     assert [c.hit.id.int for c in out] == [1, 2]
+
+
+def test_the_assistant_confirming_a_change_stays_below_the_users_words() -> None:
+    """ "好的，改成周四晚上了。几点到？" states a change, right after the user's "哦不对，不是
+    周三，是周四，她改票了" it confirms: for 我妈哪天到 the user's words stay first."""
+    old = _thread_turn(1, "提醒我周三晚上去接我妈，她从老家过来", 0, _OLD_TURN)
+    fix = _thread_turn(2, "哦不对，不是周三，是周四，她改票了", 2, _NEW_TURN)
+    ok = _thread_turn(3, "好的，改成周四晚上了。几点到？", 3, _NEW_TURN, role="assistant")
+    out = asyncio.run(NewerFactsFirst(0.4)(spec(query="我妈哪天到"), _ranked(old, fix, ok)))
+    ids = [c.hit.id.int for c in out]
+    assert ids.index(2) < ids.index(3)
+    assert ids.index(2) < ids.index(1)
