@@ -632,12 +632,16 @@ class UserWordsFirst:
             or ranking.about_others(ranking.subjects(said) - {ranking.SELF}, mine)
         ):
             return False
+        if between is not None and _asks_about_another(question, between):
+            return False
         # The opener names what the question asks for and the reply does not ("lent marcus
         # $400 …" for "how much does marcus owe me"): the reply goes on about something else.
         answered = (
             (kind == "time" and ranking.names(said, kind) and not ranking.names_when(text))
             or (amount and ranking.names_amount(said) and not ranking.names_amount(text))
-            or (name and ranking.names_name(said) and not ranking.names_name(text))
+            or (
+                (name or question.who) and ranking.names_name(said) and not ranking.names_name(text)
+            )
         )
         if (
             not answered
@@ -667,40 +671,44 @@ class UserWordsFirst:
         question: _Question,
     ) -> bool:
         """Did the assistant ask, between the opener and `turn`, what the question asks,
-        and `turn` answer it? Either it asked for the same kind of answer (a time, a
-        place, a number, a name: "How much do you have so far?" / "about 22k sitting in
-        the HYSA" for "how much have we saved for the house so far"), and the reply is not
-        a bare yes or no; or the question's cosines with the assistant's question and with
-        the reply, summed, pass its cosine with the opener by `asked_alike` (own turn
-        vectors: "Aww! What color is she?" / "grey with white paws" for "what does mochi
-        look like?"): the opener holds the topic's words, the question and its answer the
-        rest."""
-        asks = MemoryPayload.text_of(between.hit.payload.content, "assistant")
-        if not ranking.ends_asking(asks) or ranking.offers(asks):
+        and `turn` answer it (not a bare yes or no, not "not sure yet")? Its last sentence
+        asks about someone the question asks about (or the user), and either shares a
+        word with the question that the opener lacks, or asks for the same kind of answer
+        (a time, a place, a number) that the opener does not give ("How much do you have
+        so far?" / "about 22k sitting in the HYSA"), or the question's cosines with the
+        assistant's question and with the reply, summed, pass its cosine with the opener
+        by `asked_alike` (own turn vectors: "Aww! What color is she?" / "grey with white
+        paws" for "what does mochi look like?"): the opener holds the topic's words, the
+        question and its answer the rest."""
+        whole = MemoryPayload.text_of(between.hit.payload.content, "assistant")
+        if not ranking.ends_asking(whole) or ranking.offers(whole):
             return False
         # What it asked is its last sentence: "Sizing varies a lot between brands." is no
         # question about the size.
-        asks = ranking.last_clause(asks)
+        asks = ranking.last_clause(whole)
         text = MemoryPayload.text_of(turn.hit.payload.content, "user")
-        # Of the same kind is not always of the same thing: "七岁半" (几岁啦？) goes above
-        # "儿子今年体检身高128" for 儿子多高了. Requiring an opener that names none of that
-        # kind lost more than it kept (it names a number of something else: "goal is 60k" for
-        # "how much have we saved so far"; everyday7.json).
         said = MemoryPayload.text_of(opener.hit.payload.content, "user")
-        same_kind = (
+        # A word of the question that the assistant's question holds and the opener does
+        # not: "Do you know his size and which color he'd like?" for "what size shoe does
+        # dad wear", after "looking at those allbirds tree runners for my dad's birthday".
+        shared = bool((question.words & _words(asks)) - _words(said))
+        # Of the same kind is not of the same thing when the opener has one of that kind
+        # already: "What time are you leaving for the airport?" / "probably 4:45" after
+        # "flying to denver tomorrow at 6:40am"; unless they share a word ("How much do you
+        # have so far?" for "how much have we saved … so far"). A name only with a shared
+        # word: "Who recommended her?" asks another who than "who's my dentist". A place
+        # the opener names in lowercase goes unseen ("going to lisbon in may!" then "Where
+        # are you staying?"): kept, as replies to "在哪？" answer more often (everyday4, 7).
+        if not shared and question.has_one(said):
+            # "要几点出门？" / "五点半吧" after "明天早上7点的高铁" for 我明天高铁几点
+            return False
+        same_kind = shared or (
             (
                 question.kind is not None
                 and ranking.asks_for(asks) == question.kind
-                # a day is no clock time: "几点到？" / "八点到南站" for 我妈哪天到
                 and not _other_times(question.query, asks)
             )
             or (question.amount and ranking.asks_amount(asks))
-            or (question.name and ranking.asks_name(asks))
-            # ... or about the same thing: a word of the question that the assistant's
-            # question holds and the opener does not ("Do you know his size and which
-            # color he'd like?" for "what size shoe does dad wear", after "looking at those
-            # allbirds tree runners for my dad's birthday").
-            or bool((question.words & _words(asks)) - _words(said))
         )
         if (
             same_kind
@@ -716,13 +724,18 @@ class UserWordsFirst:
 
 @dataclass(frozen=True, slots=True)
 class _Question:
-    """What a question asks for, as `UserWordsFirst`'s details read it."""
+    """What a question asks for, as `UserWordsFirst`'s details and `NewerFactsFirst`'s
+    thread read it."""
 
     query: str
     kind: ranking.AnswerType | None  # a time or a place
     amount: bool
     name: bool
-    words: frozenset[str]  # `_words`
+    who: bool
+    # `_words`, without the words that ask (time, much, 几点 …) and those for a person or
+    # a pet (dog, 狗狗: "How old is your dog?" asks no more about the dog's food).
+    words: frozenset[str]
+    others: frozenset[str]  # whom it asks about besides the user (`ranking.subjects`)
 
     @classmethod
     def of(cls, query: str) -> _Question:
@@ -731,21 +744,62 @@ class _Question:
             ranking.asks_for(query),
             ranking.asks_amount(query),
             ranking.asks_name(query),
-            _words(query),
+            ranking.asks_who(query),
+            frozenset(w for w in _words(query) - _ASKING_WORDS if not ranking.names_someone(w)),
+            ranking.subjects(query) - {ranking.SELF},
+        )
+
+    def has_one(self, said: str) -> bool:
+        """Does the text name one of what the question asks for (a clock time for "what
+        time", a day for "which day", a place, a number, a name)? In lowercase chat a place
+        is seldom seen ("going to lisbon in may!"), a name neither."""
+        if self.kind == "place" and ranking.names(said, "place"):
+            return True
+        if self.kind == "time":
+            asked = ranking.time_asked(self.query)
+            if asked == "clock" and ranking.names_clock(said):
+                return True
+            if asked != "clock" and ranking.names(said, "time"):
+                return True
+        if self.amount and ranking.names_amount(said):
+            return True
+        return (self.name or self.who) and ranking.names_name(said)
+
+    def answered_by(self, payload: MemoryPayload) -> bool:
+        """Does the memory name what the question asks for (a time, a place, a number), or
+        does the question ask for none of those? Not a name: in lowercase chat a name is
+        seldom capitalised ("we see dr nakamura now")."""
+        if self.kind is not None and not names_of(payload.content, payload.role, self.kind):
+            return False
+        return not self.amount or ranking.names_amount(
+            MemoryPayload.text_of(payload.content, payload.role)
         )
 
 
 def _not_below(moved: Candidate, over: Candidate, share: float, floor: float) -> Candidate:
     """`moved`, put above `over` as what answers in its place, with at least `share` of
     its relevance, and never under the relevance floor (`floor`, the request's
-    `min_relevance`) when `over` passes it: the floor must not keep the turn it was put
-    above and drop the answer."""
+    `min_relevance`, up to the default) when `over` passes it: the floor must not keep the
+    turn it was put above and drop the answer."""
     least = share * over.semantic
+    # Up to the default floor only: a caller's stricter one is theirs to apply.
+    floor = min(floor, relevance.DEFAULT_MIN_RELEVANCE)
     if over.semantic >= floor > 0:
         least = max(least, floor)
     if moved.semantic >= least:
         return moved
     return replace(moved, semantic=least)
+
+
+def _asks_about_another(question: _Question, between: Candidate) -> bool:
+    """Does the assistant's turn between the opener and the reply ask about someone else
+    than the question? "How old is your son?" for "how old is my daughter"; "那你呢？在哪
+    上班？" (the user) for 我老公在哪上班: the reply is about them."""
+    asks = MemoryPayload.text_of(between.hit.payload.content, "assistant")
+    theirs = ranking.subjects(asks) - {ranking.SELF}
+    return ranking.about_others(question.others, theirs) or bool(
+        question.others and not theirs and ranking.addressed_to_you(asks)
+    )
 
 
 def _other_times(a: str, b: str) -> bool:
@@ -758,6 +812,18 @@ def _words(text: str) -> frozenset[str]:
     """The text's index words that tell something: not stop words (`terms.tokenize`),
     nor a single Chinese character (上, 好) or an English word of fewer than three letters."""
     return frozenset(w for w in terms.tokenize(text) if len(w) >= (2 if ranking.has_cjk(w) else 3))
+
+
+# The words that ask, not what about: shared by two questions, they tell nothing.
+_ASKING_WORDS = frozenset(
+    w
+    for text in (
+        "time times much many old long name names day days date kind type sort",
+        "几点 多少 多久 几号 哪天 名字 时候 什么 哪里 哪儿 哪个 怎么 多长",
+    )
+    for word in text.split()
+    for w in (*_words(word), word)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -822,11 +888,6 @@ class NewerFactsFirst:
     # a new one, 555-0142"; "复查完医生说加到一片" is 0.43 from "嗯早上空腹" between them and
     # 0.36 from "我每天吃半片优甲乐", which it replaces.
     closest_margin: float = 0.15
-    # A change in words in the user's very next turn after a statement (the assistant's
-    # between at most) replaces it from this cosine: "my wife vetoed it lol, going with
-    # alabaster instead" is 0.22 from "the kitchen paint color is going to be agreeable
-    # gray" before it, and its "it" is that statement.
-    next_similarity: float = 0.15
     # The share of the replaced statement's relevance a new value holds at least.
     inherits: float = 0.5
     confident: float = relevance.CONFIDENT_RELEVANCE
@@ -849,13 +910,12 @@ class NewerFactsFirst:
             change = self.min_similarity
             return lambda payload: change if states_change(payload) else None
         floor = min(self.min_similarity, self.thread_similarity, restate)
-        change_floor = min(floor, self.next_similarity)
 
         held = applies(spec)
 
         def compare(payload: MemoryPayload) -> float | None:
             if states_change(payload):
-                return change_floor
+                return floor
             if not _may_restate(payload) or (held and holds(spec, payload)):
                 return None
             return floor if text_facts(payload.content, payload.role).current else restate
@@ -891,9 +951,15 @@ class NewerFactsFirst:
                 return False
             if ranking.about_others(facts[i].subjects, facts[k].subjects):
                 return False
-            if hits[i].payload.role == "assistant" and self._next_after(hits[i], hits[k]):
+            if (
+                hits[i].payload.role == "assistant"
+                and self._next_after(hits[i], hits[k])
+                and (facts[k].states_change or facts[k].current)
+            ):
                 # The assistant confirming the user's change ("好的，改成周四晚上了。几点
-                # 到？" after "哦不对，不是周三，是周四"): the user's words stay first.
+                # 到？" after "哦不对，不是周三，是周四"): the user's words stay first. News
+                # the assistant brings ("your airline just emailed: the flight was
+                # rescheduled to 8:15pm" after "my flight to boston is at 6pm") replaces.
                 return False
             known = hits[i].similar
             c = cosine(i, k) if known is None else known.get(hits[k].id)
@@ -909,10 +975,13 @@ class NewerFactsFirst:
                 low = thread and c >= closest(i) - self.closest_margin
                 if not (facts[i].states_change or low):
                     return False
-                floor = self.thread_similarity if low else self.min_similarity
-                if low and facts[i].states_change and self._next_after(hits[i], hits[k]):
-                    floor = min(floor, self.next_similarity)
-                if c >= floor:
+                if low and facts[i].states_change and not tells_asked(i):
+                    # At the thread's floor a change names what the question asks for, as
+                    # restating does: "switched to almond milk btw" is no new time of
+                    # "yoga on thursdays at 6" (0.25-0.35 is as near as unrelated turns of
+                    # one chat come).
+                    low = False
+                if c >= (self.thread_similarity if low else self.min_similarity):
                     if facts[i].states_change:
                         announced.append(i)
                     replaced[i] = k
@@ -929,6 +998,11 @@ class NewerFactsFirst:
                 replaced[i] = k
                 return True
             return False
+
+        question = _Question.of(spec.query)
+
+        def tells_asked(i: int) -> bool:
+            return question.answered_by(candidates[i].hit.payload)
 
         closest = cache(partial(self._closest_in_thread, hits, cosine))
         announced: list[int] = []
@@ -988,7 +1062,7 @@ class NewerFactsFirst:
         # Nor is it about someone else than the question asks about ("we adopted a
         # kitten!! her name is pepper" is no new name of "my dog").
         kind = ranking.asks_for(spec.query) if now else None
-        amount = now and ranking.asks_amount(spec.query)
+        question = _Question.of(spec.query)
         restating = [
             now
             and n < self.restate_depth
@@ -1018,11 +1092,10 @@ class NewerFactsFirst:
             )
             and not ranking.about_others(asked, f.subjects - {ranking.SELF})
             and (c.semantic >= self.told_relevance or ranking.names_amount(text))
-            # ... and names what the question asks for, as restating does: "好主意！他现在在
-            # 弹小汤四" is no new length of "老师要求每天练40分钟" (老师让孩子每天练琴多久),
-            # "im at like 43k now" no new due date.
-            and (kind is None or names_of(c.hit.payload.content, c.hit.payload.role, kind))
-            and (not amount or ranking.names_amount(text))
+            # ... and names what the question asks for (a time, a place, a number), as
+            # restating does: "好主意！他现在在弹小汤四" is no new length of "老师要求每天
+            # 练40分钟" (老师让孩子每天练琴多久), "im at like 43k now" no new due date.
+            and question.answered_by(c.hit.payload)
             for n, (c, f) in enumerate(zip(candidates, facts, strict=True))
         ]
         return restating, current
@@ -1034,9 +1107,9 @@ class NewerFactsFirst:
         replaces: it answers what that one answered, in words the question may not share
         ("复查完医生说加到一片", 0.08, for 优甲乐现在一次吃多少 over "我每天吃半片优甲乐", 0.97),
         and the relevance floor (`MinRelevance`, after this stage) would drop it and keep
-        the old value. Nor ever keep the old one alone: "we're going up to 100 starting
-        monday" held 0.099 of "started the sertraline today, 50mg" (0.198) for "what dose
-        of zoloft am i on", under the 0.1 floor the old one passed."""
+        the old value. Nor ever keep the old one alone: a new dose held 0.099 of "started
+        the sertraline today, 50mg" (0.198) for "what dose of zoloft am i on", under the
+        0.1 floor the old one passed."""
         if k is None:
             return candidates[i]
         return _not_below(candidates[i], candidates[k], self.inherits, spec.min_relevance)
@@ -1057,8 +1130,8 @@ class NewerFactsFirst:
 
     @staticmethod
     def _next_after(newer: VectorHit, older: VectorHit) -> bool:
-        """Is `newer` at most two turns after `older` in its session (the user's next turn,
-        the assistant's between at most, or the reply to it)?"""
+        """Is `newer` at most two turns after `older` in its session (the reply to it, or
+        the next turn but one)?"""
         a, b = _place(newer.payload), _place(older.payload)
         return a is not None and b is not None and a[0] == b[0] and 0 < a[1] - b[1] <= 2
 
