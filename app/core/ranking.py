@@ -60,9 +60,14 @@ _CHANGE = re.compile(
     r"swapped (?:my|our|the|his|her|their) (?:\w+ ){0,2}for|"
     r"new (?:email|number|phone|address|password|job|apartment|place|house)|"
     r"start(?:ing|ed|s)? (?:a |my )?new (?:job|role|position|gig|school|class)|"
-    r"from now on|switching to|switch(?:ing)? (?:\w+ )?over to|"
+    # "switching to tylenol", not "i'm thinking of switching to a plan that …"
+    r"(?<!of )(?<!about )(?<!considering )(?<!might be )switching to|"
+    r"switch(?:ing)? (?:\w+ )?over to|"
     r"(?:lower|raise|drop) (?:it|that|this) to)\b|"
     r"^\W*update\b|"
+    # "1.5 cups morning and night from now on": with a number; "i'll be more mindful of my
+    # waste from now on" is a resolution, no new value.
+    r"\d[^.!?\n]{0,60}\bfrom now on\b|\bfrom now on\b[^.!?\n]{0,60}\d|"
     # "starting in november", "2250 starting august"; not "starting monday i'm on vacation"
     # nor "starting next week is spring break"
     r"\bstarting (?:in |from )?(?:january|february|march|april|may|"

@@ -951,15 +951,7 @@ class NewerFactsFirst:
                 return False
             if ranking.about_others(facts[i].subjects, facts[k].subjects):
                 return False
-            if (
-                hits[i].payload.role == "assistant"
-                and self._next_after(hits[i], hits[k])
-                and (facts[k].states_change or facts[k].current)
-            ):
-                # The assistant confirming the user's change ("好的，改成周四晚上了。几点
-                # 到？" after "哦不对，不是周三，是周四"): the user's words stay first. News
-                # the assistant brings ("your airline just emailed: the flight was
-                # rescheduled to 8:15pm" after "my flight to boston is at 6pm") replaces.
+            if self._confirms(hits[i], hits[k], facts[k]):
                 return False
             known = hits[i].similar
             c = cosine(i, k) if known is None else known.get(hits[k].id)
@@ -975,7 +967,7 @@ class NewerFactsFirst:
                 low = thread and c >= closest(i) - self.closest_margin
                 if not (facts[i].states_change or low):
                     return False
-                if low and facts[i].states_change and not tells_asked(i):
+                if low and facts[i].states_change and not question.answered_by(hits[i].payload):
                     # At the thread's floor a change names what the question asks for, as
                     # restating does: "switched to almond milk btw" is no new time of
                     # "yoga on thursdays at 6" (0.25-0.35 is as near as unrelated turns of
@@ -1000,10 +992,6 @@ class NewerFactsFirst:
             return False
 
         question = _Question.of(spec.query)
-
-        def tells_asked(i: int) -> bool:
-            return question.answered_by(candidates[i].hit.payload)
-
         closest = cache(partial(self._closest_in_thread, hits, cosine))
         announced: list[int] = []
         replaced: dict[int, int] = {}  # a result moved -> the one it replaces
@@ -1127,6 +1115,19 @@ class NewerFactsFirst:
             if c is not None and c > best:
                 best = c
         return best
+
+    @classmethod
+    def _confirms(cls, newer: VectorHit, older: VectorHit, said: TextFacts) -> bool:
+        """Is `newer` the assistant confirming the change the user just stated in `older`
+        ("好的，改成周四晚上了。几点到？" after "哦不对，不是周三，是周四")? Then the user's
+        words stay first. News the assistant brings after a plain statement ("your airline
+        just emailed: the flight was rescheduled to 8:15pm" after "my flight to boston is at
+        6pm") is no confirmation."""
+        return (
+            newer.payload.role == "assistant"
+            and cls._next_after(newer, older)
+            and (said.states_change or said.current)
+        )
 
     @staticmethod
     def _next_after(newer: VectorHit, older: VectorHit) -> bool:

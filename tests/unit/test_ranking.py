@@ -446,6 +446,8 @@ def test_changes_said_as_a_new_rule_from_some_day_and_their_look_alikes() -> Non
         "starting next week is spring break though",
         "starting monday i'm on vacation",
         "mt tam, we're going up to 2500 ft",
+        "I'll definitely be more mindful of how I dispose of my waste from now on.",
+        "I'm thinking of switching to a health insurance plan that covers more",
     ]
     assert [t for t in others if ranking.states_change(t)] == []
     # A correction after an interjection is one too: 哦不对，不是周三，是周四.
