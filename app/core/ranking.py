@@ -99,15 +99,18 @@ _CURRENT = re.compile(
 # What a question asks for: a time ("When did …", 什么时候) or a place ("Where …", 哪里).
 _ASKS: dict[AnswerType, re.Pattern[str]] = {
     "time": re.compile(
-        r"^\W*(?:and |so |but )?when\b|\bwhat (?:time|date|day|year|month)\b|"
-        r"\bwhich (?:day|date|year|month|week|weekend)\b|\bhow long\b|"
-        r"什么时候|何时|哪天|哪一天|几号|几点|几月|哪年|哪一年|多久|多长时间|什么时间|哪个月",
+        r"^\W*(?:and |so |but )?when\b|\bwhen\W*$|\bwhat (?:time|date|days?|year|month)\b|"
+        r"\bwhich (?:days?|date|year|month|week|weekend)\b|\bhow long\b|\bdeadline\b|"
+        r"什么时候|啥时候?|几时|何时|哪天|哪一天|几号|几点|几月|哪年|哪一年|多久|多长时间|"
+        r"什么时间|哪个月|星期几|周几|礼拜几|哪个周末",
         re.IGNORECASE,
     ),
     "place": re.compile(
         r"\bwhere\b|\b(?:which|what) (?:city|country|town|place|state|island|area|"
         r"neighbou?rhood|restaurant|cafe|store|shop|park|school|university|hotel|airport)\b|"
-        r"哪里|哪儿|在哪|去哪|住哪|什么地方|哪个(?:城市|国家|地方|省|州)|哪座城市",
+        r"哪里|哪儿|在哪|去哪|住哪|什么地方|哪个(?:城市|国家|地方|省|州)|哪座城市|"
+        # 哪家酒店, 哪个医院: a place by what it is (not 哪家公司: that asks for a name).
+        r"哪(?:个|家|所)(?:酒店|宾馆|民宿|饭店|餐厅|医院|诊所|学校|幼儿园|小区|商场|健身房)",
         re.IGNORECASE,
     ),
 }
@@ -120,7 +123,7 @@ _ASKS: dict[AnswerType, re.Pattern[str]] = {
 _NAMES_TIME_EN = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekends?|weeks?|months?|years?|"
     r"days?|mornings?|afternoons?|evenings?|nights?|noon|midnight|"
-    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?|"
     r"tue|tues|weds|thu|thur|thurs|fri|tmrw|tmr|tmrrw|tonite|"
     r"january|february|april|june|july|august|september|october|november|december|"
     r"summer|winter|spring|autumn|recently|lately|soon|since|until|o'clock|"
@@ -675,7 +678,9 @@ _SPECIFIC = re.compile(
 
 # A question for a number: how much, how many, a price, 多少, 几个.
 _ASKS_AMOUNT = re.compile(
-    r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price)\b|"
+    r"\bhow (?:much|many|old|far|long|often)\b|\b(?:cost|costs|price)\b|"
+    # What is told in figures ("what dose of zoloft", "the gate code", "tire psi").
+    r"\b(?:dose|dosage|temp|temperature|psi|salary|premium|quoted?|budget|number|code|pin)\b|"
     r"多少|多大|多久|多远|多高|多重|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
     r"价格|价钱|几片",
     re.IGNORECASE,
@@ -709,7 +714,7 @@ def affirms(text: str) -> bool:
 # one ("two goldfish, named salt and pepper", 一只叫豆豆).
 _ASKS_NAME = re.compile(r"\bname[sd]?\b|\bcalled\b|叫什么|叫啥|名字", re.IGNORECASE)
 # "who" asks for someone, by name or not ("who's my guitar teacher now", 读书会在谁家？).
-_ASKS_WHO = re.compile(r"\bwho(?:'s|se|m)?\b|谁", re.IGNORECASE)
+_ASKS_WHO = re.compile(r"\bwho(?:'s|’s|se|s|m)?\b|谁", re.IGNORECASE)
 _NAMES_NAME = re.compile(
     r"\b(?:named|name is|name's|names are)\b|叫(?![了车醒外])|名字|"
     r"(?<![.!?]\s)(?<=\s)[A-Z][a-z]+"
@@ -735,7 +740,7 @@ def names_name(text: str) -> bool:
 # of one, a date or a clock time; not any number ("found 2 cavities") nor "last time".
 _WHEN_DETAIL = re.compile(
     r"\b(?:today|tonight|tomorrow|tmrw|tmr|yesterday|morning|afternoon|evening|noon|"
-    r"midnight|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday|tues|weds|"
+    r"midnight|weekends?|(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?|tues|weds|"
     r"thu|thur|thurs|fri|january|february|april|june|july|august|september|october|"
     r"november|december|next (?:week|month|year)|\d{1,2}(?::\d{2})?\s*(?:am|pm|ish|o'clock)|"
     r"\d{1,2}:\d{2}|\d{1,2}(?:st|nd|rd|th))\b",
@@ -748,6 +753,20 @@ def names_when(text: str) -> bool:
     return _WHEN_DETAIL.search(text) is not None or (
         _HAS_CJK.search(text) is not None and _NAMES_TIME_ZH.search(text) is not None
     )
+
+
+# Times that name no day: 最近 ("recently"), 以前, 的时候.
+_VAGUE_TIME_ZH = frozenset(("最近", "刚才", "以前", "之前", "之后", "以后", "的时候"))
+
+
+def names_day(text: str) -> bool:
+    """Does the text tell which day (or date, or clock time), not only "recently" (孩子
+    最近报了个钢琴班 tells no day for 钢琴课是周几上的)?"""
+    if _WHEN_DETAIL.search(text) is not None:
+        return True
+    if _HAS_CJK.search(text) is None:
+        return False
+    return any(m.group(0) not in _VAGUE_TIME_ZH for m in _NAMES_TIME_ZH.finditer(text))
 
 
 # A reply that answers nothing yet ("还没想好", "not sure yet", "idk"): what was asked is
@@ -819,6 +838,12 @@ _TO_YOU = re.compile(
 def addressed_to_you(text: str) -> bool:
     """Does the text speak of the one it is said to ("What's your name?", 那你呢？)?"""
     return _TO_YOU.search(text) is not None
+
+
+def shows_case(text: str) -> bool:
+    """Would a place or a name show in the text: Chinese, or Latin letters written with
+    capitals (not "airbnb in alfama, host is called rui")?"""
+    return _HAS_CJK.search(text) is not None or any(c.isupper() for c in text)
 
 
 def has_cjk(text: str) -> bool:

@@ -321,7 +321,11 @@ class Score:
             f.asking[i] = facts.asks_only(self.penalties.asking_terms)
             f.filler[i] = facts.filler
             if kind is not None:
-                f.lacks[i] = not names_of(p.content, p.role, kind)
+                f.lacks[i] = not names_of(p.content, p.role, kind) and (
+                    # In lowercase chat a place goes unseen ("fairmont waterfront, 3
+                    # nights"): such a turn is not known to lack one.
+                    kind != "place" or ranking.shows_case(MemoryPayload.text_of(p.content, p.role))
+                )
             if period is not None and p.kind != "summary":  # a summary spans its period
                 f.outside[i] = not period[0] <= p.created_at < period[1]
             chunk_terms = hit.vectors.sparse_ids if hit.vectors else ()
@@ -637,7 +641,7 @@ class UserWordsFirst:
         # The opener names what the question asks for and the reply does not ("lent marcus
         # $400 …" for "how much does marcus owe me"): the reply goes on about something else.
         answered = (
-            (kind == "time" and ranking.names(said, kind) and not ranking.names_when(text))
+            (kind == "time" and _told_when(question, said) and not _told_when(question, text))
             or (amount and ranking.names_amount(said) and not ranking.names_amount(text))
             or (
                 (name or question.who) and ranking.names_name(said) and not ranking.names_name(text)
@@ -658,7 +662,7 @@ class UserWordsFirst:
         # Not for a place: in lowercase chat a place is seldom capitalised ("visiting from
         # toronto"), so a first turn that names one would pass for one that does not.
         if kind == "time":
-            return ranking.names_when(text) and not ranking.names(said, kind)
+            return _told_when(question, text) and not _told_when(question, said)
         if amount:
             return ranking.names_amount(text) and not ranking.names_amount(said)
         return name and ranking.names_name(text) and not ranking.names_name(said)
@@ -800,6 +804,15 @@ def _asks_about_another(question: _Question, between: Candidate) -> bool:
     return ranking.about_others(question.others, theirs) or bool(
         question.others and not theirs and ranking.addressed_to_you(asks)
     )
+
+
+def _told_when(question: _Question, text: str) -> bool:
+    """Does the text tell the time the question asks for: a clock time for "what time"
+    ("got an interview next week!!" does not, "thursday at 2pm" does), else a day or a
+    date (not only 最近)?"""
+    if ranking.time_asked(question.query) == "clock":
+        return ranking.names_clock(text)
+    return ranking.names_day(text)
 
 
 def _other_times(a: str, b: str) -> bool:

@@ -75,6 +75,13 @@ def test_a_missing_answer_type_multiplies_in() -> None:
         ("How long has he lived there?", "time"),
         ("她什么时候去的北京？", "time"),
         ("航班是几号？", "time"),
+        ("dentist when?", "time"),
+        ("deadline to return the zara jacket", "time"),
+        ("which days does emma have practice", "time"),
+        ("科目二补考啥时候", "time"),
+        ("钢琴课是周几上的", "time"),
+        ("我杭州出差订的哪个酒店", "place"),
+        ("我们常去哪家餐厅", "place"),
         ("Where does Ana live?", "place"),
         ("Which city did I move to?", "place"),
         ("Ana 住在哪里？", "place"),
@@ -86,6 +93,21 @@ def test_a_missing_answer_type_multiplies_in() -> None:
 )
 def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
     assert ranking.asks_for(query) == kind
+
+
+@pytest.mark.parametrize(
+    ("text", "day"),
+    [
+        ("孩子最近报了个钢琴班", False),
+        ("以前常去", False),
+        ("每周六下午两点", True),
+        ("约在12月8号", True),
+        ("thurs 7ish", True),
+        ("got 3 bananas", False),
+    ],
+)
+def test_a_day_is_told_not_only_recently(text: str, day: bool) -> None:
+    assert ranking.names_day(text) is day
 
 
 @pytest.mark.parametrize(
@@ -476,6 +498,7 @@ def test_a_reply_that_has_not_decided() -> None:
 def test_who_asks_for_someone() -> None:
     assert ranking.asks_who("who's my guitar teacher now")
     assert ranking.asks_who("读书会在谁家？")
+    assert ranking.asks_who("whos my dentist")  # typed without the apostrophe
     assert not ranking.asks_name("who's my guitar teacher now")
     assert not ranking.asks_name("what does mochi look like?")
     # 三年级 names an amount, as 几年级 asks one.
@@ -675,6 +698,11 @@ def test_changes_and_statements_of_now(text: str, change: bool, current: bool) -
         ("what does my daughter's ballet cost per lesson", True),
         ("我去冰岛玩几天？", True),
         ("上次保养花了多少钱", True),
+        # told in figures, though no "how much" asks
+        ("what dose of zoloft am i on", True),
+        ("how often am i supposed to take the antibiotic", True),
+        ("what's the gate code at my place", True),
+        ("tire psi for my car?", True),
         ("what after-school activity did my daughter join?", False),
         ("我女儿在学什么乐器？", False),
     ],

@@ -250,6 +250,22 @@ def test_the_answer_type_penalty_setting_leaves_the_relevance_alone() -> None:
     assert off(s, pool)[0].semantic == score(s, pool)[0].semantic
 
 
+def test_a_lowercase_turn_is_not_known_to_lack_a_place() -> None:
+    """In lowercase chat a place goes unseen ("fairmont waterfront, 3 nights"): for
+    温哥华我们住的哪家酒店 it is not marked as naming none, as a capitalised turn that
+    names none is (and a Chinese one, whose places show without capitals)."""
+    near = [0.6, 0.8, 0.0]
+    pool_of = lambda text: Pool(  # noqa: E731
+        CandidateLists([hit(1, content=text, dense=near, turn=near)], []), 0, QUERY, frozenset()
+    )
+    s = spec(query="温哥华我们住的哪家酒店")
+    lower = score(s, pool_of("fairmont waterfront, 3 nights"))[0].semantic
+    capital = score(s, pool_of("Great breakfast, 3 nights"))[0].semantic
+    assert lower > capital
+    named = score(s, pool_of("Fairmont Waterfront, 3 nights"))[0].semantic
+    assert named > capital
+
+
 def test_filler_is_penalised() -> None:
     fact = hit(1, content="I booked the flight to Chengdu for October 2nd")
     ask = hit(2, content="assistant: How do you like it?", role="assistant")
@@ -1197,6 +1213,53 @@ def test_the_details_go_above_the_turn_that_brought_them_up(
 ) -> None:
     said = _exchange(1, opener, "s", 1, "user")
     asked = _exchange(3, "Sure, when?", "s", 2, "assistant")
+    told = _exchange(2, detail, "s", 3, "user")
+    pool = _ranked(said, asked, told, semantic=(0.9, 0.4, 0.6))
+    out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
+    assert out[0].hit.id.int == first
+
+
+@pytest.mark.parametrize(
+    ("question", "opener", "asks", "detail", "first"),
+    [
+        # a clock time asked: a day in the opener is not one
+        (
+            "what time is that interview on thursday",
+            "got an interview next week!!",
+            "Congrats!! What's the company and role?",
+            "product analyst at duolingo, thursday at 2pm eastern",
+            2,
+        ),
+        # and an opener that names the clock time keeps its place
+        (
+            "what time is that interview on thursday",
+            "interview thursday at 2pm!!",
+            "Congrats!! What's the company and role?",
+            "product analyst at duolingo, eastern time",
+            1,
+        ),
+        # 最近 ("recently") names no day; 周几 and 啥时候 ask for one
+        (
+            "钢琴课是周几上的",
+            "孩子最近报了个钢琴班",
+            "不错呀！方便吗？",
+            "每周六下午两点，老师姓陈",
+            2,
+        ),
+        (
+            "科目二补考啥时候",
+            "科目二挂了一次 哭",
+            "别灰心。约好了吗？",
+            "约在12月8号，还是昌平考场",
+            2,
+        ),
+    ],
+)
+def test_the_time_asked_is_told_as_the_question_asks_it(
+    question: str, opener: str, asks: str, detail: str, first: int
+) -> None:
+    said = _exchange(1, opener, "s", 1, "user")
+    asked = _exchange(3, asks, "s", 2, "assistant")
     told = _exchange(2, detail, "s", 3, "user")
     pool = _ranked(said, asked, told, semantic=(0.9, 0.4, 0.6))
     out = asyncio.run(UserWordsFirst()(spec(query=question), pool))
