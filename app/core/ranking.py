@@ -51,8 +51,9 @@ _WHEN = (
 _CHANGE = re.compile(
     r"改成|改到|改为|换成|换了|取消|不再|推迟|提前到|提前了|提前至|搬到|退了|"
     r"改了|换号|跳槽|涨到|降到|加到|减到|最后还是|更新一下|挪到|延到|延期|改期|搬去|"
+    r"换到(?=[周下上明后这每早晚中]|[\d一二三四五六七八九十两]{1,3}(?:号|点|月|:))|携号转网|"
     r"倒闭|跑路|辞职|离职|调了时间|时间调|调整了时间|调到(?=[周下上明后这每早晚中]|[\d一二三四五六七八九十两]{1,3}(?:号|点|月|:))|改吃|"
-    r"(?<!创)新(?:工作|号码?|地址|公司|手机|电话|邮箱|单位)|"
+    r"(?<!创)新(?:工作|号码?|地址|公司|手机|电话|邮箱|单位|规定|政策)|"
     r"\b(?:instead|changed?|cancel(?:l?ed)?|no longer|moved|switched|postponed|rescheduled|"
     r"stopped|quit|bumped|raised|increased|decreased|lowered|went with|in the end|anymore|"
     r"upgraded|downgraded|rebooked|ported|retired|replac(?:e|ed|es|ing)|vetoed|settled on|"
@@ -89,9 +90,11 @@ _CHANGE = re.compile(
 # (`NewerFactsFirst`), as "now" runs through every kind of talk.
 _CURRENT = re.compile(
     r"现在|目前|如今|^\W*(?:[哦噢啊额呃嗯]\W*)?不对|说错了|搞错了|记错了|更正|"
+    # 后来 opening a clause: what came of it ("后来他自己选了大提琴").
+    r"(?:^|[，。,.!！?？;；]\s*)后来|"
     r"\b(?:(?<!for )(?<!right )(?<!just )(?<!until )(?<!by )now(?! that| on)|these days|"
     r"currently|nowadays|i meant|correction)\b|"
-    r"^\W*(?:actually|oops|wait|no,? (?:sorry|wait)|sorry,? (?:i meant|it's|its))\b",
+    r"^\W*(?:actually|oops|wait|no,? (?:sorry|wait)|sorry,? (?:i meant|it's|its|not))\b",
     re.IGNORECASE,
 )
 
@@ -100,7 +103,8 @@ _CURRENT = re.compile(
 _ASKS: dict[AnswerType, re.Pattern[str]] = {
     "time": re.compile(
         r"^\W*(?:and |so |but )?when\b|\bwhen\W*$|\bwhat (?:time|date|days?|year|month)\b|"
-        r"\bwhich (?:days?|date|year|month|week|weekend)\b|\bhow long\b|\bdeadline\b|"
+        r"\bwhich (?:days?|date|year|month|week|weekend)\b|\bhow (?:long|often)\b|"
+        r"(?<!what )(?<!which )\bdeadline\b|多久一次|几天一次|"
         r"什么时候|啥时候?|几时|何时|哪天|哪一天|几号|几点|几月|哪年|哪一年|多久|多长时间|"
         r"什么时间|哪个月|星期几|周几|礼拜几|哪个周末",
         re.IGNORECASE,
@@ -127,12 +131,13 @@ _NAMES_TIME_EN = re.compile(
     r"tue|tues|weds|thu|thur|thurs|fri|tmrw|tmr|tmrrw|tonite|"
     r"january|february|april|june|july|august|september|october|november|december|"
     r"summer|winter|spring|autumn|recently|lately|soon|since|until|o'clock|"
-    r"birthday|anniversary|\d{1,4}(?:st|nd|rd|th|s|ish)?|\d{1,2}\s*[ap]\.?m\.?)\b"
+    r"birthday|anniversary|christmas|thanksgiving|easter|"
+    r"\d{1,4}(?:st|nd|rd|th|s|ish)?|\d{1,2}\s*[ap]\.?m\.?)\b"
 )
 _NAMES_TIME_ZH = re.compile(
     r"昨天|今天|明天|前天|后天|今晚|昨晚|明晚|上周|下周|这周|本周|上个?月|下个?月|这个月|"
     r"去年|今年|明年|前年|周[一二三四五六日末]|星期|礼拜|早上|上午|中午|下午|晚上|凌晨|"
-    r"最近|刚才|以前|之前|之后|以后|那天|当天|的时候|[春中]节|"
+    r"最近|刚才|以前|之前|之后|以后|那天|当天|的时候|[春中]节|国庆|中秋|元旦|端午|清明|除夕|"
     # A bounded run: unbounded, a 32,000-digit text took 13 s to search (quadratic).
     r"(?<![0-9０-９一二三四五六七八九十两几半])[0-9０-９一二三四五六七八九十两几半]{1,8}\s{0,3}个?"
     r"(?:年|月|日|号|点|天|周|星期|小时|分钟)"
@@ -678,9 +683,13 @@ _SPECIFIC = re.compile(
 
 # A question for a number: how much, how many, a price, 多少, 几个.
 _ASKS_AMOUNT = re.compile(
-    r"\bhow (?:much|many|old|far|long|often)\b|\b(?:cost|costs|price)\b|"
-    # What is told in figures ("what dose of zoloft", "the gate code", "tire psi").
-    r"\b(?:dose|dosage|temp|temperature|psi|salary|premium|quoted?|budget|number|code|pin)\b|"
+    r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price)\b|"
+    # What is told in figures ("what dose of zoloft", "the gate code", "tire psi"), when it
+    # is what is asked: not a kind of thing ("code editor", "budget airline", "which pin
+    # did she buy", "dress code").
+    r"(?<!dress )\b(?:dose|dosage|temp|temperature|psi|salary|premium|budget|number|code|pin)"
+    r"(?=\s+(?:of|for|at|on|in|to|now|again|these|this|last|then)\b|\s*[?？.!]*\s*$)|"
+    r"\bquoted? (?:me|us|him|her|them)\b|"
     r"多少|多大|多久|多远|多高|多重|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
     r"价格|价钱|几片",
     re.IGNORECASE,
@@ -804,7 +813,21 @@ _ASKS_DAY = re.compile(
 )
 
 
-_ASKS_DURATION = re.compile(r"\bhow long\b|多久|多长时间|多长", re.IGNORECASE)
+_ASKS_DURATION = re.compile(r"\bhow long\b|多久(?!一次)|多长时间|多长", re.IGNORECASE)
+_ASKS_OFTEN = re.compile(r"\bhow often\b|多久一次|几天一次", re.IGNORECASE)
+# How often: "once a week", "every other week", "three times a day", "mondays and
+# thursdays", 每周两次, 一天三次.
+_OFTEN = re.compile(
+    r"\b(?:once|twice|\w+ times|every|daily|weekly|monthly|nightly|each|"
+    r"(?:mon|tues|wednes|thurs|fri|satur|sun)days)\b|"
+    r"每(?:天|日|周|星期|礼拜|月|年|晚|早)|[一两二三四五六七八九十\d]+次",
+    re.IGNORECASE,
+)
+
+
+def names_often(text: str) -> bool:
+    """Does the text tell how often ("once a week", 每周两次)?"""
+    return _OFTEN.search(text) is not None
 
 
 _CLOCK = re.compile(
@@ -819,11 +842,13 @@ def names_clock(text: str) -> bool:
     return _CLOCK.search(text) is not None
 
 
-def time_asked(text: str) -> Literal["clock", "day", "duration"] | None:
+def time_asked(text: str) -> Literal["clock", "day", "duration", "often"] | None:
     """Which time a question asks for: a clock time ("what time", 几点), a day ("which
-    day", 哪天) or a duration ("how long", 多久); None when it does not say."""
+    day", 哪天), a duration ("how long", 多久) or how often; None when it does not say."""
     if _ASKS_CLOCK.search(text) is not None:
         return "clock"
+    if _ASKS_OFTEN.search(text) is not None:
+        return "often"
     if _ASKS_DURATION.search(text) is not None:
         return "duration"
     return "day" if _ASKS_DAY.search(text) is not None else None

@@ -808,10 +808,13 @@ def _asks_about_another(question: _Question, between: Candidate) -> bool:
 
 def _told_when(question: _Question, text: str) -> bool:
     """Does the text tell the time the question asks for: a clock time for "what time"
-    ("got an interview next week!!" does not, "thursday at 2pm" does), else a day or a
-    date (not only 最近)?"""
-    if ranking.time_asked(question.query) == "clock":
+    ("got an interview next week!!" does not, "thursday at 2pm" does), how often for "how
+    often" ("every other week"), else a day or a date (not only 最近)?"""
+    asked = ranking.time_asked(question.query)
+    if asked == "clock":
         return ranking.names_clock(text)
+    if asked == "often":
+        return ranking.names_often(text)
     return ranking.names_day(text)
 
 

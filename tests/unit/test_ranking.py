@@ -77,6 +77,8 @@ def test_a_missing_answer_type_multiplies_in() -> None:
         ("航班是几号？", "time"),
         ("dentist when?", "time"),
         ("deadline to return the zara jacket", "time"),
+        ("what deadline did i miss", None),  # which task, not when
+        ("how often do i see my therapist", "time"),
         ("which days does emma have practice", "time"),
         ("科目二补考啥时候", "time"),
         ("钢琴课是周几上的", "time"),
@@ -108,6 +110,20 @@ def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
 )
 def test_a_day_is_told_not_only_recently(text: str, day: bool) -> None:
     assert ranking.names_day(text) is day
+
+
+def test_how_often_is_asked_and_told() -> None:
+    assert ranking.time_asked("how often should i water the fig") == "often"
+    assert ranking.time_asked("复查多久一次") == "often"
+    assert ranking.time_asked("复查要多久") == "duration"
+    for told in ("we meet every other week, on zoom", "500mg three times a day", "每周两次"):
+        assert ranking.names_often(told), told
+    assert not ranking.names_often("it was 45 bucks and is like 5 feet tall")
+
+
+def test_a_festival_names_a_time() -> None:
+    assert ranking.names("婚礼定在国庆节", "time")
+    assert ranking.names("we're doing thanksgiving at my sister's", "time")
 
 
 @pytest.mark.parametrize(
@@ -414,6 +430,9 @@ def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
         "I swapped my gym membership for a climbing gym",
         "会议挪到周五了",
         "体检改期到下个月",
+        "篮球课换到周日上午了哈",
+        "上周携号转网到移动了",
+        "学校新规定，下学期7点40就得到校",
     ]
     assert [t for t in updates if not ranking.states_change(t)] == []
     others = [
@@ -427,6 +446,7 @@ def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
         "we pushed out 2 releases this week",
         "I pushed it to 3 people",
         "我们换到别的话题吧",
+        "换到了一个靠窗的位置",
         "We gave each other a fist bump after the game.",
         "it's up to you",
         "up to 3 people can come",
@@ -439,6 +459,17 @@ def test_more_everyday_words_of_a_change_and_their_look_alikes() -> None:
         "天气变成这样真烦人。",
     ]
     assert [t for t in others if ranking.states_change(t)] == []
+
+
+def test_what_came_of_it_and_a_correction_state_how_things_stand() -> None:
+    for text in (
+        "后来他自己选了大提琴，已经上了两节课了",
+        "嗯，后来租了个地下二层的",
+        "sorry not lincoln center lol, it's the school auditorium",
+    ):
+        assert ranking.states_current(text), text
+    assert not ranking.states_current("我后来才知道")
+    assert not ranking.states_current("sorry for the late reply")
 
 
 def test_changes_said_as_a_new_rule_from_some_day_and_their_look_alikes() -> None:
@@ -700,9 +731,15 @@ def test_changes_and_statements_of_now(text: str, change: bool, current: bool) -
         ("上次保养花了多少钱", True),
         # told in figures, though no "how much" asks
         ("what dose of zoloft am i on", True),
-        ("how often am i supposed to take the antibiotic", True),
         ("what's the gate code at my place", True),
         ("tire psi for my car?", True),
+        ("what did the mechanic quote me for the brake job", True),
+        # a kind of thing, not a figure
+        ("what code editor do i use", False),
+        ("which budget airline am i flying", False),
+        ("which pin did my sister buy", False),
+        ("what's the dress code for jess's wedding", False),
+        ("what's my brother's temp job", False),
         ("what after-school activity did my daughter join?", False),
         ("我女儿在学什么乐器？", False),
     ],

@@ -1253,6 +1253,21 @@ def test_the_details_go_above_the_turn_that_brought_them_up(
             "约在12月8号，还是昌平考场",
             2,
         ),
+        # how often: told by a frequency, not by the price after it
+        (
+            "how often do i go to the gym",
+            "back at the gym! going mondays and thursdays before work",
+            "Nice! How much is it?",
+            "membership is 40 a month",
+            1,
+        ),
+        (
+            "how often am i supposed to take the antibiotic",
+            "doctor put me on amoxicillin for the sinus thing",
+            "What dose did she prescribe?",
+            "500mg three times a day, 7 days",
+            2,
+        ),
     ],
 )
 def test_the_time_asked_is_told_as_the_question_asks_it(
