@@ -104,7 +104,7 @@ _ASKS: dict[AnswerType, re.Pattern[str]] = {
     "time": re.compile(
         r"^\W*(?:and |so |but )?when\b|\bwhen\W*$|\bwhat (?:time|date|days?|year|month)\b|"
         r"\bwhich (?:days?|date|year|month|week|weekend)\b|\bhow (?:long|often)\b|"
-        r"(?<!what )(?<!which )\bdeadline\b|多久一次|几天一次|"
+        r"(?<!what )(?<!which )\bdeadline\b|多久一次|几天一次|时间\W*$|"
         r"什么时候|啥时候?|几时|何时|哪天|哪一天|几号|几点|几月|哪年|哪一年|多久|多长时间|"
         r"什么时间|哪个月|星期几|周几|礼拜几|哪个周末",
         re.IGNORECASE,
@@ -689,7 +689,8 @@ _ASKS_AMOUNT = re.compile(
     # did she buy", "dress code").
     r"(?<!dress )\b(?:dose|dosage|temp|temperature|psi|salary|premium|budget|number|code|pin)"
     r"(?=\s+(?:of|for|at|on|in|to|now|again|these|this|last|then)\b|\s*[?？.!]*\s*$)|"
-    r"\bquoted? (?:me|us|him|her|them)\b|"
+    r"\bquoted? (?:me|us|him|her|them)\b|\bwhat (?:temp|temperature|dose|dosage|psi)\b|"
+    r"\bblood pressure\b|血压|血糖|体温|心率|胆固醇|"
     r"多少|多大|多久|多远|多高|多重|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
     r"价格|价钱|几片",
     re.IGNORECASE,
@@ -721,7 +722,7 @@ def affirms(text: str) -> bool:
 
 # A question for a name ("what are my fish called?", 我的仓鼠叫什么？) and a text that gives
 # one ("two goldfish, named salt and pepper", 一只叫豆豆).
-_ASKS_NAME = re.compile(r"\bname[sd]?\b|\bcalled\b|叫什么|叫啥|名字", re.IGNORECASE)
+_ASKS_NAME = re.compile(r"\bname[sd]?\b|\bcalled\b|叫什么|叫啥|名字|姓什么|姓啥", re.IGNORECASE)
 # "who" asks for someone, by name or not ("who's my guitar teacher now", 读书会在谁家？).
 _ASKS_WHO = re.compile(r"\bwho(?:'s|’s|se|s|m)?\b|谁", re.IGNORECASE)
 _NAMES_NAME = re.compile(
@@ -869,6 +870,29 @@ def shows_case(text: str) -> bool:
     """Would a place or a name show in the text: Chinese, or Latin letters written with
     capitals (not "airbnb in alfama, host is called rui")?"""
     return _HAS_CJK.search(text) is not None or any(c.isupper() for c in text)
+
+
+# A question for a thing by what it is called ("what robot vacuum", "Which couch is it?",
+# 什么书, 哪款, 买了啥): not for a time, a place, an amount, a reason ("what made you …"),
+# nor "what is it about".
+_ASKS_WHICH = re.compile(
+    r"\b(?:what|which)(?:'s| is| are| was)?(?: the| your| his| her| their)? (?!(?:is|was|are|"
+    r"were|do|did|does|will|would|can|could|should|made|makes|happened|happens|about|else|"
+    r"if|you|your|i|we|he|she|they|it|time|day|date|year|month|days|for|to|a|an)\b)[a-z]+|"
+    r"(?<!为)什么(?!时候|时间|地方)|啥(?!时候)|"
+    r"哪(?:个|款|家|种|本|部|所|只|位|件|双|辆|条|门|户|首|些|样|类|型)",
+    re.IGNORECASE,
+)
+
+
+def asks_which(text: str) -> bool:
+    """Does the text ask for a thing by what it is ("哪款？", "what book did he recommend")?"""
+    if _ABOUT_END.search(text) is not None:  # "What's the email about?": its topic
+        return False
+    return _ASKS_WHICH.search(text) is not None
+
+
+_ABOUT_END = re.compile(r"\babout\W*$", re.IGNORECASE)
 
 
 def has_cjk(text: str) -> bool:

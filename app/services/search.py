@@ -706,13 +706,15 @@ class UserWordsFirst:
         if not shared and question.has_one(said):
             # "要几点出门？" / "五点半吧" after "明天早上7点的高铁" for 我明天高铁几点
             return False
-        same_kind = shared or (
-            (
+        same_kind = (
+            shared
+            or (
                 question.kind is not None
                 and ranking.asks_for(asks) == question.kind
                 and not _other_times(question.query, asks)
             )
             or (question.amount and ranking.asks_amount(asks))
+            or _asks_the_same_thing_across(question, asks)
         )
         if (
             same_kind
@@ -803,6 +805,23 @@ def _asks_about_another(question: _Question, between: Candidate) -> bool:
     theirs = ranking.subjects(asks) - {ranking.SELF}
     return ranking.about_others(question.others, theirs) or bool(
         question.others and not theirs and ranking.addressed_to_you(asks)
+    )
+
+
+def _asks_the_same_thing_across(question: _Question, asks: str) -> bool:
+    """Across languages no word is shared: "哪款？" asks what "what robot vacuum did i
+    buy" asks, "Which couch is it?" what 我家沙发是哪个牌子的 asks, when both ask for a
+    thing by what it is (`ranking.asks_which`) and neither for a time, a place, a number or
+    a name ("What's the email about?" asks nothing 老师姓什么 does)."""
+    if question.kind is not None or question.amount or question.name or question.who:
+        return False
+    if not ranking.cross_language(ranking.language(question.query), ranking.language(asks)):
+        return False
+    return (
+        ranking.asks_which(question.query)
+        and ranking.asks_which(asks)
+        and ranking.asks_for(asks) is None
+        and not ranking.asks_amount(asks)
     )
 
 

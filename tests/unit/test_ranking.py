@@ -79,6 +79,7 @@ def test_a_missing_answer_type_multiplies_in() -> None:
         ("deadline to return the zara jacket", "time"),
         ("what deadline did i miss", None),  # which task, not when
         ("how often do i see my therapist", "time"),
+        ("闺女游泳训练时间", "time"),
         ("which days does emma have practice", "time"),
         ("科目二补考啥时候", "time"),
         ("钢琴课是周几上的", "time"),
@@ -110,6 +111,13 @@ def test_what_a_question_asks_for(query: str, kind: str | None) -> None:
 )
 def test_a_day_is_told_not_only_recently(text: str, day: bool) -> None:
     assert ranking.names_day(text) is day
+
+
+def test_asking_for_a_thing_by_what_it_is() -> None:
+    for text in ("哪款？", "什么书？", "Which couch is it?", "what robot vacuum did i buy"):
+        assert ranking.asks_which(text), text
+    for text in ("What's the email about?", "What made you pick it?", "什么时候到期？", "好用吗？"):
+        assert not ranking.asks_which(text), text
 
 
 def test_how_often_is_asked_and_told() -> None:
@@ -734,6 +742,8 @@ def test_changes_and_statements_of_now(text: str, change: bool, current: bool) -
         ("what's the gate code at my place", True),
         ("tire psi for my car?", True),
         ("what did the mechanic quote me for the brake job", True),
+        ("what temp do i bake grandma's banana bread at", True),
+        ("我上次体检血压多少", True),
         # a kind of thing, not a figure
         ("what code editor do i use", False),
         ("which budget airline am i flying", False),

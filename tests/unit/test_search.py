@@ -1284,6 +1284,33 @@ def test_the_time_asked_is_told_as_the_question_asks_it(
 @pytest.mark.parametrize(
     ("question", "opener", "asks", "reply", "cosines", "first"),
     [
+        # across languages, both ask for a thing by what it is: no word can be shared
+        (
+            "what robot vacuum did i buy",
+            "上周买了个扫地机器人",
+            "好用吗？哪款？",
+            "石头的G10S，老卡在沙发底下",
+            (0.50, 0.45, 0.20),
+            2,
+        ),
+        # ... not when the assistant asked what it is about, or for a name
+        (
+            "我儿子的老师姓什么？",
+            "got an email from max's teacher today",
+            "Oh? What's the email about?",
+            "just that max missed school because of the flu",
+            (0.50, 0.45, 0.20),
+            1,
+        ),
+        # ... nor in one language, where the words tell ("他喜欢哪个" is not 上什么课)
+        (
+            "儿子周六下午上什么课",
+            "周六下午带儿子上游泳课",
+            "挺好！他喜欢哪个？",
+            "游泳，围棋坐不住哈哈",
+            (0.50, 0.45, 0.20),
+            1,
+        ),
         # the assistant asked what the question asks, and the reply answers it
         (
             "what does mochi look like?",
