@@ -51,6 +51,31 @@ def test_everyday_set_is_well_formed() -> None:
             assert it.superseded_turn < it.answer_turn, it.id
 
 
+def test_the_sets_helpers_wrote_are_well_formed() -> None:
+    """everyday2 … everyday11: every index a turn, one answer that is no filler, an update
+    after what it replaces, a cross-language question in the other language than the
+    history."""
+    paths = sorted((BENCH / "data").glob("everyday[0-9]*.json"))
+    assert len(paths) >= 10
+    for path in paths:
+        _, items = everyday.load(path)
+        assert len({it.id for it in items}) == len(items), path.name
+        assert sum(1 for it in items if it.answer_turn is not None) >= 150, path.name
+        for it in items:
+            n = len(it.turns)
+            assert all(0 <= k < n for k in it.filler_turns), it.id
+            if it.answer_turn is None:
+                assert it.category == "never", it.id
+                continue
+            assert 0 <= it.answer_turn < n, it.id
+            assert it.answer_turn not in it.filler_turns, it.id
+            if it.language == "cross":  # the history's language ("沪A·8K2M5" is no one's)
+                history = " ".join(t["content"] for t in it.turns)
+                assert lang(it.question) != lang(history), it.id
+            if it.superseded_turn is not None:
+                assert it.superseded_turn < it.answer_turn, it.id
+
+
 def test_bilingual_dev2_is_held_out_and_well_formed() -> None:
     path = BENCH / "data" / "bilingual_dev2.json"
     doc, questions = bilingual.load(path)
