@@ -727,7 +727,11 @@ _ASKS_NAME = re.compile(r"\bname[sd]?\b|\bcalled\b|叫什么|叫啥|名字|姓�
 _ASKS_WHO = re.compile(r"\bwho(?:'s|’s|se|s|m)?\b|谁", re.IGNORECASE)
 _NAMES_NAME = re.compile(
     r"\b(?:named|name is|name's|names are)\b|叫(?![了车醒外])|名字|"
-    r"(?<![.!?]\s)(?<=\s)[A-Z][a-z]+"
+    r"(?<![.!?]\s)(?<=\s)[A-Z][a-z]+|"
+    # A title before a name, capitalised or not ("dr okafor", "ms. delgado").
+    r"(?i:\b(?:dr|mr|mrs|ms|prof)\.?\s+(?!(?:said|says|told|tells|wants|thinks|gave|put|"
+    r"called|recommended|appointment|appt|visit|office|word|excel|is|was|and|or|to|at|for|"
+    r"the|on|in|if)\b)[a-z]{2,})"
 )
 
 

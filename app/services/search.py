@@ -665,7 +665,7 @@ class UserWordsFirst:
             return _told_when(question, text) and not _told_when(question, said)
         if amount:
             return ranking.names_amount(text) and not ranking.names_amount(said)
-        return name and ranking.names_name(text) and not ranking.names_name(said)
+        return (name or question.who) and ranking.names_name(text) and not ranking.names_name(said)
 
     def _asked_alike(
         self,

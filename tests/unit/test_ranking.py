@@ -120,6 +120,13 @@ def test_asking_for_a_thing_by_what_it_is() -> None:
         assert not ranking.asks_which(text), text
 
 
+def test_a_title_names_someone_in_lowercase_chat() -> None:
+    for text in ("tuesday the 12th at 8:15, dr okafor on main st", "his teacher is ms. delgado"):
+        assert ranking.names_name(text), text
+    for text in ("my dr said rest", "ms word crashed again", "i need a dr appointment"):
+        assert not ranking.names_name(text), text
+
+
 def test_how_often_is_asked_and_told() -> None:
     assert ranking.time_asked("how often should i water the fig") == "often"
     assert ranking.time_asked("复查多久一次") == "often"

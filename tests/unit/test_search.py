@@ -1253,6 +1253,14 @@ def test_the_details_go_above_the_turn_that_brought_them_up(
             "约在12月8号，还是昌平考场",
             2,
         ),
+        # who: a name (a title before it) the opener lacks
+        (
+            "whos my dentist",
+            "can u remind me about my dentist appt",
+            "Sure, when is it?",
+            "tuesday the 12th at 8:15, dr okafor on main st",
+            2,
+        ),
         # how often: told by a frequency, not by the price after it
         (
             "how often do i go to the gym",
