@@ -79,6 +79,8 @@ def test_a_missing_answer_type_multiplies_in() -> None:
         ("deadline to return the zara jacket", "time"),
         ("what deadline did i miss", None),  # which task, not when
         ("how often do i see my therapist", "time"),
+        ("the new heart pill dad's on, when does he take it", "time"),
+        ("ok, when you get a chance can you summarize", None),
         ("闺女游泳训练时间", "time"),
         ("which days does emma have practice", "time"),
         ("科目二补考啥时候", "time"),
