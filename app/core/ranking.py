@@ -102,7 +102,8 @@ _CURRENT = re.compile(
 # What a question asks for: a time ("When did …", 什么时候) or a place ("Where …", 哪里).
 _ASKS: dict[AnswerType, re.Pattern[str]] = {
     "time": re.compile(
-        r"^\W*(?:and |so |but )?when\b|[,;]\s*when(?:'s| is| was| does| did| do| are| will| should)\b|\bwhen\W*$|\bwhat (?:time|date|days?|year|month)\b|"
+        r"^\W*(?:and |so |but )?when\b|\bwhen\W*$|\bwhat (?:time|date|days?|year|month)\b|"
+        r"[,;]\s*when(?:'s| is| was| does| did| do| are| will| should)\b|"
         r"\bwhich (?:days?|date|year|month|week|weekend)\b|\bhow (?:long|often)\b|"
         r"(?<!what )(?<!which )\bdeadline\b|多久一次|几天一次|时间\W*$|"
         r"什么时候|啥时候?|几时|何时|哪天|哪一天|几号|几点|几月|哪年|哪一年|多久|多长时间|"
