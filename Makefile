@@ -68,7 +68,7 @@ bench: install  ## service levels and LoCoMo retrieval, on a fresh embedded serv
 bench-recall: install  ## the bilingual development set and LongMemEval_S (100 questions)
 	SUITES="bilingual longmemeval" LONGMEMEVAL=$(LONGMEMEVAL) bash bench/run.sh
 
-bench-everyday: install  ## everyday questions (ten sets), the held-out bilingual set and the short conversations (issue 40), each on a fresh embedded server
+bench-everyday: install  ## everyday questions (eleven sets), the held-out bilingual set and the short conversations (issue 40), each on a fresh embedded server
 	SUITES="everyday" bash bench/run.sh
 
 # Mem0 lives in a venv of its own, never in the project's dependencies.

@@ -107,7 +107,7 @@ _ASKS: dict[AnswerType, re.Pattern[str]] = {
         r"\bwhich (?:days?|date|year|month|week|weekend)\b|\bhow (?:long|often)\b|"
         r"(?<!what )(?<!which )\bdeadline\b|多久一次|几天一次|时间\W*$|"
         r"什么时候|啥时候?|几时|何时|哪天|哪一天|几号|几点|几月|哪年|哪一年|多久|多长时间|"
-        r"什么时间|哪个月|星期几|周几|礼拜几|哪个周末",
+        r"什么时间|哪个月|星期几|周几|礼拜几|哪个周末|哪几天",
         re.IGNORECASE,
     ),
     "place": re.compile(
@@ -684,15 +684,17 @@ _SPECIFIC = re.compile(
 
 # A question for a number: how much, how many, a price, 多少, 几个.
 _ASKS_AMOUNT = re.compile(
-    r"\bhow (?:much|many|old|far|long)\b|\b(?:cost|costs|price)\b|"
+    # Not how much one likes something ("how much do i like my new job?").
+    r"\bhow (?:much|many|old|far|long)\b(?! (?:do|does|did) \w+ (?:like|love|enjoy|hate|"
+    r"care|mind|miss)\b)|\b(?:cost|costs|price)\b|"
     # What is told in figures ("what dose of zoloft", "the gate code", "tire psi"), when it
     # is what is asked: not a kind of thing ("code editor", "budget airline", "which pin
     # did she buy", "dress code").
     r"(?<!dress )\b(?:dose|dosage|temp|temperature|psi|salary|premium|budget|number|code|pin)"
     r"(?=\s+(?:of|for|at|on|in|to|now|again|these|this|last|then)\b|\s*[?？.!]*\s*$)|"
     r"\bquoted? (?:me|us|him|her|them)\b|\bwhat (?:temp|temperature|dose|dosage|psi)\b|"
-    r"\bblood pressure\b|血压|血糖|体温|心率|胆固醇|"
-    r"多少|多大|多久|多远|多高|多重|几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
+    r"(?<!\bfor )(?<!\bfor my )\bblood pressure\b|血压|血糖|体温|心率|胆固醇|"
+    r"多少|多大|多久|多远|多高|多重|(?<!哪)几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
     r"价格|价钱|几片",
     re.IGNORECASE,
 )
@@ -814,7 +816,7 @@ def last_clause(text: str) -> str:
 
 _ASKS_CLOCK = re.compile(r"\bwhat time\b|几点|什么时间", re.IGNORECASE)
 _ASKS_DAY = re.compile(
-    r"\b(?:what|which) (?:day|date|weekend)\b|哪天|哪一天|几号|星期几|周几|礼拜几|哪个周末",
+    r"\b(?:what|which) (?:day|date|weekend)\b|哪天|哪一天|哪几天|几号|星期几|周几|礼拜几|哪个周末",
     re.IGNORECASE,
 )
 
@@ -846,6 +848,55 @@ _CLOCK = re.compile(
 def names_clock(text: str) -> bool:
     """Does the text name a clock time ("6:40am", 7点)?"""
     return _CLOCK.search(text) is not None
+
+
+# What may tell a time where the tests above see none: a part of the day (睡前, "before
+# bed"), "at 9", a month shortened or ambiguous before a day ("aug 2", "may 3"), a quarter,
+# the lunar calendar (腊月初八); and a number in Chinese numerals before a measure word
+# (两顿, 八个, 五公里). Loose on purpose: they only keep results (`may_tell`).
+_MAY_TELL_TIME = re.compile(
+    r"睡前|饭前|饭后|起床|下班|上班|放学|腊月|正月|初[一二三四五六七八九十]|[年月](?:初|中|底)|"
+    r"满月|周岁|"
+    r"\b(?:before|after|once|until|till) (?:the |my |our |he |she |they |we |i )?\w+|"
+    r"\b(?:bedtime|lunchtime|dinnertime|payday|sunrise|sunset|dawn|dusk|noon\w*|"
+    r"overnight|fortnight)\b|\bat (?:lunch|dinner|breakfast|night)\b|"
+    r"\b(?:at|by|around|until|til|till|to|from|about) (?:\d|(?:one|two|three|four|five|six|"
+    r"seven|eight|nine|ten|eleven|twelve)\b)|\bhalf (?:past )?(?:\w+)\b|\bq[1-4]\b|"
+    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)[ -]"
+    r"(?:thirty|fifteen|forty[ -]five|o'clock)\b|"
+    r"\bon the (?:first|second|third|\w+th)\b|"
+    r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|march)\.? ?\d{1,2}\b",
+    re.IGNORECASE,
+)
+# Counts in words: "both of my kids", twins, a pair, "a grand", none ("i'm an only child",
+# "no pets"), 俩, 仨, 一对, 双胞胎, 独生, 十来个.
+_MAY_TELL_AMOUNT = re.compile(
+    r"[0-9０-９]|[一二三四五六七八九十两百千万半几]"
+    r"(?:个|顿|次|天|晚|人|口|张|节|遍|瓶|杯|米|克|分|斤|块|元|岁|号|点|周|年|月|只|片|层|楼|"
+    r"公里|对|来|多)|俩|仨|双胞胎|独生|满月|周岁|"
+    r"\b(?:both|twins?|triplets|quadruplets|pairs?|grand|fortnight|overnight|none|zero|"
+    r"only child)\b|\b(?:was|is|for|it's|were|are) free\b|\bno [a-z]+s\b",
+    re.IGNORECASE,
+)
+_DIGITS = re.compile(r"\d+")
+
+
+def may_tell(text: str, *, time: bool, amount: bool) -> bool:
+    """Could the text tell the time (`time`) or the number (`amount`) a question asks for?
+    Loose, for the opposite: when none of a recall's results could, the question asks
+    about something never said ("when is my husband's birthday?" over "gift ideas for my
+    husband?", 我家猫几岁了 over 我家猫最近掉毛厉害). A bare number is no time ("2016 rav4,
+    98k miles" tells no due date), but is a number."""
+    if amount and (names_amount(text) or _MAY_TELL_AMOUNT.search(text) is not None):
+        return True
+    if not time:
+        return False
+    return (
+        names_when(text)
+        or names_often(text)
+        or _MAY_TELL_TIME.search(text) is not None
+        or names(_DIGITS.sub(" ", text), "time")
+    )
 
 
 def time_asked(text: str) -> Literal["clock", "day", "duration", "often"] | None:

@@ -87,8 +87,9 @@ class RecallRequest(StrictModel):
         f"results. Default {DEFAULT_MIN_RELEVANCE}, chosen on the benchmarks "
         "(bench/README.md) so that it does not hide the answer to an everyday question asked "
         f"in other words; from {CONFIDENT_RELEVANCE} a result is a confident one; 0 keeps "
-        "everything. Applies to memories; summaries, asked for by "
-        "their period, are kept",
+        "everything. With a floor, a question for a time or a number (when, how many) that "
+        "none of the results tells gets no results. Applies to memories; summaries, asked "
+        "for by their period, are kept",
     )
 
     model_config = {

@@ -477,11 +477,42 @@ class MinRelevance:
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.min_relevance <= 0:
             return candidates
-        return [
+        kept = [
             c
             for c in candidates
             if c.semantic >= spec.min_relevance or c.hit.payload.kind == "summary"
         ]
+        return [] if _never_told(spec, kept[: spec.top_k]) else kept
+
+
+def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
+    """Does the question ask for a time or a number that none of the results could tell?
+    Then what it asks was never said, however close the topic: "when is my husband's
+    birthday?" over "gift ideas for my husband?" (relevance 0.93), 我家猫几岁了 over 我家
+    猫最近掉毛厉害 (0.99), which no floor on relevance tells apart from an answer. Not for
+    a name, a place or "who": those are often told in words no test sees ("nah my
+    roommate's grabbing me", "carmine's on 5th"). Applies with a floor only (a recall with
+    `min_relevance` 0, and the context's, keep their results), and not over summaries."""
+    if not results or any(c.hit.payload.kind == "summary" for c in results):
+        return False
+    time = ranking.asks_for(spec.query) == "time"
+    # How long and how often are told in numbers too ("took me 140 hours"), and 几号 asks
+    # for a date or a number (停车位是几号 over "B14").
+    amount = (
+        ranking.asks_amount(spec.query)
+        or ranking.time_asked(spec.query) in ("duration", "often")
+        or "几号" in spec.query
+    )
+    if not (time or amount) or ranking.asks_name(spec.query) or ranking.asks_who(spec.query):
+        return False
+    return not any(
+        ranking.may_tell(
+            MemoryPayload.text_of(c.hit.payload.content, c.hit.payload.role),
+            time=time,
+            amount=amount,
+        )
+        for c in results
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -761,6 +761,12 @@ def test_changes_and_statements_of_now(text: str, change: bool, current: bool) -
         ("what's my brother's temp job", False),
         ("what after-school activity did my daughter join?", False),
         ("我女儿在学什么乐器？", False),
+        # which days, not how many; a medicine for it, not a reading of it
+        ("我哪几天在家办公？", False),
+        ("what medication am i taking for my blood pressure?", False),
+        ("how much do i like my new job?", False),
+        ("how much do i owe my sister?", True),
+        ("what was my blood pressure at the checkup?", True),
     ],
 )
 def test_a_question_for_a_number(query: str, asks: bool) -> None:
@@ -837,7 +843,46 @@ def test_the_folks_of_a_place_are_no_parents() -> None:
         ("which day is the dinner?", "day"),
         ("一次游多久？", "duration"),
         ("when is my dentist appointment?", None),
+        ("我哪几天在家办公？", "day"),
     ],
 )
 def test_a_clock_time_or_a_day(question: str, asked: str | None) -> None:
     assert ranking.time_asked(question) == asked
+
+
+@pytest.mark.parametrize(
+    ("text", "time", "amount", "tells"),
+    [
+        ("his bday is aug 2 i think", True, False, True),
+        ("leaving may 3, back may 12", True, False, True),
+        ("deadline is end of Q3", True, False, True),
+        ("医生让我睡前吃一片褪黑素", True, False, True),
+        ("闺女生日是腊月初八", True, False, True),
+        ("they close at 9", True, False, True),
+        ("started running 3 months ago", True, False, True),
+        ("算上我们俩一共八个", False, True, True),
+        ("这周我在减肥，每天只吃两顿", False, True, True),
+        # in words (a review's probes)
+        ("ugh both of my kids have the flu", False, True, True),
+        ("我家有一对双胞胎", False, True, True),
+        ("俩娃都上小学了", False, True, True),
+        ("i'm an only child", False, True, True),
+        ("the vet bill was a grand", False, True, True),
+        ("宝宝刚满月，晚上老是哭", False, True, True),
+        ("my mom's flight lands noonish", True, False, True),
+        ("i'm proposing at sunset on the beach", True, False, True),
+        ("standup got moved to lunchtime", True, False, True),
+        ("年底打算换工作", True, False, True),
+        ("we're off to greece for a fortnight", True, False, True),
+        ("the meeting got pushed to 10", True, False, True),
+        ("rent is due on the first", True, False, True),
+        # a bare number is a number, not a time
+        ("2016 rav4, 98k miles", True, False, False),
+        ("2016 rav4, 98k miles", False, True, True),
+        ("gift ideas for my husband? he likes grilling and golf", True, True, False),
+        ("我家猫最近掉毛厉害", False, True, False),
+        ("我家猫最近掉毛厉害", True, False, True),  # "recently" may be all that was said
+    ],
+)
+def test_what_may_tell_a_time_or_a_number(text: str, time: bool, amount: bool, tells: bool) -> None:
+    assert ranking.may_tell(text, time=time, amount=amount) is tells

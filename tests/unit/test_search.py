@@ -255,9 +255,11 @@ def test_a_lowercase_turn_is_not_known_to_lack_a_place() -> None:
     温哥华我们住的哪家酒店 it is not marked as naming none, as a capitalised turn that
     names none is (and a Chinese one, whose places show without capitals)."""
     near = [0.6, 0.8, 0.0]
-    pool_of = lambda text: Pool(  # noqa: E731
-        CandidateLists([hit(1, content=text, dense=near, turn=near)], []), 0, QUERY, frozenset()
-    )
+
+    def pool_of(text: str) -> Pool:
+        hits = [hit(1, content=text, dense=near, turn=near)]
+        return Pool(CandidateLists(hits, []), 0, QUERY, frozenset())
+
     s = spec(query="温哥华我们住的哪家酒店")
     lower = score(s, pool_of("fairmont waterfront, 3 nights"))[0].semantic
     capital = score(s, pool_of("Great breakfast, 3 nights"))[0].semantic
@@ -1675,3 +1677,35 @@ def test_the_assistant_confirming_a_change_stays_below_the_users_words() -> None
         NewerFactsFirst(0.4)(spec(query="when is my flight to boston?"), _ranked(said, news))
     )
     assert [c.hit.id.int for c in out] == [3, 1]
+
+
+@pytest.mark.parametrize(
+    ("query", "said", "kept"),
+    [
+        # The topic is the question's, the time or the number was never said.
+        ("when is my husband's birthday?", ["gift ideas for my husband? he likes golf"], False),
+        ("我家猫几岁了", ["我家猫最近掉毛厉害", "可能是换季了"], False),
+        ("when's my car registration due", ["2016 rav4, 98k miles"], False),
+        # Said, in words the stricter tests miss, or in a result below the first.
+        ("when is my husband's birthday?", ["gift ideas for him?", "his bday is aug 2"], True),
+        ("我通关那个游戏用了多长时间", ["finally finished elden ring, took me 140 hours"], True),
+        ("火锅那天一共几个人", ["算上我们俩一共八个"], True),
+        ("褪黑素啥时候吃", ["医生让我睡前吃一片褪黑素"], True),
+        ("我公司的停车位是几号？", ["finally got a reserved parking spot at work, B14"], True),
+        ("when did i start running?", ["started running 3 months ago"], True),
+        # Not asked for a time or a number: left to the floor.
+        ("who's my dentist?", ["i need to book a dentist appt"], True),
+        ("what's my cat's name", ["my cat is being picky with her food"], True),
+    ],
+)
+async def test_a_question_for_a_time_or_a_number_that_no_result_tells_gets_none(
+    query: str, said: list[str], kept: bool
+) -> None:
+    """`_never_told`: no floor on relevance tells a near-topic question about something
+    never said from an answer (0.93 for the husband's birthday over the gift ideas)."""
+    hits = [_statement(n, text, 0, [1.0, 0.0, 0.0]) for n, text in enumerate(said, 1)]
+    out = _ranked(*hits, semantic=[0.9] * len(hits))
+    got = await MinRelevance()(spec(query=query, min_relevance=0.1), out)
+    assert bool(got) is kept
+    # Without a floor (min_relevance 0, the context's recall) every result is kept.
+    assert len(await MinRelevance()(spec(query=query, min_relevance=0.0), out)) == len(hits)
