@@ -1053,3 +1053,31 @@ def similar_by_vectors(
         return a is not None and b is not None and float(a @ b) >= min_similarity
 
     return similar
+
+
+# A user id that is a name ("ana", "Lena"): letters only, from two (not "u1", "user-42").
+_NAME_ID = re.compile(r"[A-Za-z]{2,}")
+
+
+def in_first_person(query: str, user_id: str) -> str:
+    """The question with the user named by their id put in the first person: an agent
+    asks "Ana 住在哪里？" or "What does Ana eat?" of user "ana", whose turns say I and my,
+    and whose profile says "the user". The name counts where it is written as one
+    (capitalised, or beside Chinese text, where case tells nothing): "the user" is not user
+    "user". "Ana's" becomes "my", "Ana" I (我 in a Chinese question)."""
+    if _NAME_ID.fullmatch(user_id) is None:
+        return query
+    chinese = has_cjk(query)
+    pattern = re.compile(
+        rf"(?<![A-Za-z0-9_'-]){re.escape(user_id)}(?P<own>'s|’s)?(?![A-Za-z0-9_-])(?P<gap>\s*)",
+        re.IGNORECASE,
+    )
+
+    def own(m: re.Match[str]) -> str:
+        if not (chinese or m.group(0)[0].isupper()):
+            return m.group(0)
+        if chinese:  # "Ana 住在哪里" → 我住在哪里
+            return "我的" if m.group("own") else "我"
+        return ("my" if m.group("own") else "I") + m.group("gap")
+
+    return pattern.sub(own, query)

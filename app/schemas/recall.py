@@ -136,7 +136,8 @@ class RecallResponse(BaseModel):
     query: str
     rewritten_query: str | None = Field(
         description="the standalone query searched instead of `query` (`rewrite: auto` and a "
-        "follow-up that leans on `session_id`'s last turns); null: searched as asked"
+        "follow-up that leans on `session_id`'s last turns; the user named by their id put "
+        "in the first person, 'Ana 住在哪里？' → '我住在哪里？'); null: searched as asked"
     )
     results: list[RecallResult]
     took_ms: float

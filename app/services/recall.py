@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from app.core import reinforcement, terms
+from app.core import ranking, reinforcement, terms
 from app.core.clock import Clock, utc_now
 from app.core.rewrite import Rewrite
 from app.errors import SessionNotFound
@@ -115,15 +115,19 @@ class RecallService:
 
     async def search(self, spec: SearchSpec) -> Found:
         """rewrite → retrieve → score → each of `stages` → the best `top_k`."""
+        asked = spec.query
         rewritten = await self.rewrite(spec)
         if rewritten is not None:
             spec = dataclasses.replace(spec, query=rewritten.rewritten, held=rewritten.read)
+        # The user named by their id ("Ana 住在哪里？" of user "ana") is the user: their turns
+        # say I and my.
+        spec = dataclasses.replace(spec, query=ranking.in_first_person(spec.query, spec.user_id))
         candidates = self.score(spec, await self.retrieve(spec))
         ranked = await run_stages(spec, candidates, self.stages)
         floor = max(spec.min_relevance, self.config.reinforce_min_relevance)
         return Found(
             [to_result(c) for c in ranked],
-            rewritten.rewritten if rewritten is not None else None,
+            spec.query if rewritten is not None or spec.query != asked else None,
             rewritten.usage if rewritten is not None else None,
             used=frozenset(
                 c.hit.id

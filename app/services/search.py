@@ -208,6 +208,7 @@ class _Features:
     asking: NDArray[np.bool_]  # `TextFacts.asks_only`
     filler: NDArray[np.bool_]
     lacks: NDArray[np.bool_]  # a when/where question, and it names no time/place
+    lacks_number: NDArray[np.bool_]  # a question for a number, and it names none
     outside: NDArray[np.bool_]  # outside the period the query names
     index_terms: NDArray[np.float64]  # of its own text
     cov_own: NDArray[np.float64]
@@ -219,7 +220,7 @@ class _Features:
 
     @classmethod
     def empty(cls, n: int) -> _Features:
-        flags = [np.zeros(n, dtype=bool) for _ in range(5)]
+        flags = [np.zeros(n, dtype=bool) for _ in range(6)]
         return cls(*flags, *(np.empty(n) for _ in range(7)))
 
 
@@ -280,7 +281,7 @@ class Score:
         rel = np.where(f.filler, rel * (1.0 - pen.filler), rel)
         own = ranking.own_match_many(f.cov_own, f.cov_chunk, turn_cos, chunk_cos)
         factor = ranking.penalty_factor_many(
-            own, f.index_terms, f.asking, pen, f.lacks, f.outside, f.filler
+            own, f.index_terms, f.asking, pen, f.lacks | f.lacks_number, f.outside, f.filler
         )
         fused_norm = np.minimum(1.0, np.maximum(0.0, f.fused / self.fusion.best())) * factor
         key = (1 - s.relevance_share) * fused_norm + s.relevance_share * rel
@@ -311,6 +312,7 @@ class Score:
         f = _Features.empty(n)
         # Always asked: the cross-language relevance reads `lacks` whatever the penalty.
         kind = ranking.asks_for(spec.query)
+        number = kind is None and ranking.asks_amount(spec.query)
         period = self._period(spec)
         query_language = ranking.language(spec.query)
         for i, (hit, fused) in enumerate(hits):
@@ -325,6 +327,10 @@ class Score:
                     # In lowercase chat a place goes unseen ("fairmont waterfront, 3
                     # nights"): such a turn is not known to lack one.
                     kind != "place" or ranking.shows_case(MemoryPayload.text_of(p.content, p.role))
+                )
+            if number:
+                f.lacks_number[i] = not ranking.names_amount(
+                    MemoryPayload.text_of(p.content, p.role)
                 )
             if period is not None and p.kind != "summary":  # a summary spans its period
                 f.outside[i] = not period[0] <= p.created_at < period[1]
@@ -482,11 +488,12 @@ class MinRelevance:
             for c in candidates
             if c.semantic >= spec.min_relevance or c.hit.payload.kind == "summary"
         ]
-        return [] if _never_told(spec, kept[: spec.top_k]) else kept
+        return [] if _never_told(spec, kept) else kept
 
 
 def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
-    """Does the question ask for a time or a number that none of the results could tell?
+    """Does the question ask for a time or a number that none of the memories above the
+    floor (the whole pool's, so that `top_k` does not change the answer) could tell?
     Then what it asks was never said, however close the topic: "when is my husband's
     birthday?" over "gift ideas for my husband?" (relevance 0.93), 我家猫几岁了 over 我家
     猫最近掉毛厉害 (0.99), which no floor on relevance tells apart from an answer. Not for

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,33 @@ async def test_the_readme_example_finds_the_fact_first(
         assert all(r["scores"]["semantic"] < CONFIDENT_RELEVANCE for r in found), found
     lisbon = (await recall(running, user, "Lisbon"))[0]
     assert lisbon["sources"][0]["message_id"] == "m1"
+
+
+async def test_a_question_that_names_the_user_by_their_id_is_about_the_user(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """An agent asks of its user by name (user "ana": "Ana 住在哪里？"), and her turns say I:
+    with a sister and a dog beside the move, the question searched in the first person
+    finds the move, where the name alone pulled the sister (a named person) first."""
+    name = "Ana" + "".join(chr(ord("a") + int(c, 16) % 26) for c in uuid.uuid4().hex[:6])
+    await post_messages(
+        running,
+        ids("session"),
+        name.lower(),
+        [
+            *README_EXAMPLE,
+            turn("My beagle Pixel turns 3 in June.", id="m4"),
+            turn("My sister Lena Park is visiting on the 14th.", id="m5"),
+            turn("hiking in sintra probably", id="m6"),
+        ],
+    )
+    resp = await running.client.post(
+        "/v1/recall", json={"user_id": name.lower(), "query": f"{name} 住在哪里？"}
+    )
+    body = resp.json()
+    assert body["rewritten_query"] == "我住在哪里？"
+    assert "m1" in [s["message_id"] for r in body["results"][:2] for s in r["sources"]]
+    assert "Lena" not in body["results"][0]["content"]
 
 
 async def test_a_fact_ranks_above_the_filler_that_answered_it(

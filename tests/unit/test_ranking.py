@@ -886,3 +886,23 @@ def test_a_clock_time_or_a_day(question: str, asked: str | None) -> None:
 )
 def test_what_may_tell_a_time_or_a_number(text: str, time: bool, amount: bool, tells: bool) -> None:
     assert ranking.may_tell(text, time=time, amount=amount) is tells
+
+
+@pytest.mark.parametrize(
+    ("query", "user_id", "searched"),
+    [
+        ("Ana 住在哪里？", "ana", "我住在哪里？"),
+        ("Ana的狗叫什么", "ana", "我的狗叫什么"),
+        ("Where does Ana live?", "ana", "Where does I live?"),
+        ("What's Ana's sister called?", "Ana", "What's my sister called?"),
+        # not a name, not the name, not written as one
+        ("Where does the user live?", "user", "Where does the user live?"),
+        ("Where does Anna live?", "ana", "Where does Anna live?"),
+        ("Where does Ana live?", "user-42", "Where does Ana live?"),
+        ("ask banana bread ana", "ana", "ask banana bread ana"),
+    ],
+)
+def test_the_user_named_by_their_id_is_put_in_the_first_person(
+    query: str, user_id: str, searched: str
+) -> None:
+    assert ranking.in_first_person(query, user_id) == searched

@@ -1709,3 +1709,19 @@ async def test_a_question_for_a_time_or_a_number_that_no_result_tells_gets_none(
     assert bool(got) is kept
     # Without a floor (min_relevance 0, the context's recall) every result is kept.
     assert len(await MinRelevance()(spec(query=query, min_relevance=0.0), out)) == len(hits)
+
+
+def test_a_question_for_a_number_ranks_a_memory_that_names_none_lower() -> None:
+    """ "How old is my dog?": the turn with the age goes above an as close one with no
+    number (the answer-type penalty, as for a time or a place), also when it is first in
+    both lists; the relevance is left alone."""
+    pool = ranked(
+        [
+            hit(1, content="user: 我下个月要去柏林出差。"),
+            hit(2, content="user: Pixel turns 3 in June."),
+        ]
+    )
+    out = score(spec(query="How old is my dog?"), pool)
+    assert [c.hit.id.int for c in out] == [2, 1]
+    asked_nothing = score(spec(query="Tell me about my dog"), pool)
+    assert [c.hit.id.int for c in asked_nothing] == [1, 2]
