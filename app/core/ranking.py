@@ -1055,8 +1055,14 @@ def similar_by_vectors(
     return similar
 
 
-# A user id that is a name ("ana", "Lena"): letters only, from two (not "u1", "user-42").
+# A user id that is a name ("ana", "Lena"): letters only, from two (not "u1", "user-42"),
+# and not a word for a user or a placeholder ("user", "test", "default", "me").
 _NAME_ID = re.compile(r"[A-Za-z]{2,}")
+_NOT_NAME_WORDS = (
+    "user users test tester demo admin default guest anonymous anon system assistant bot "
+    "client customer member owner someone somebody person human agent example sample"
+)
+_NOT_NAME_IDS = frozenset(_NOT_NAME_WORDS.split())
 
 
 def in_first_person(query: str, user_id: str) -> str:
@@ -1065,7 +1071,9 @@ def in_first_person(query: str, user_id: str) -> str:
     and whose profile says "the user". The name counts where it is written as one
     (capitalised, or beside Chinese text, where case tells nothing): "the user" is not user
     "user". "Ana's" becomes "my", "Ana" I (我 in a Chinese question)."""
-    if _NAME_ID.fullmatch(user_id) is None:
+    if _NAME_ID.fullmatch(user_id) is None or user_id.lower() in _NOT_NAME_IDS:
+        return query
+    if user_id.lower() in terms.ENGLISH_STOPWORDS:  # "me", "i", "you"
         return query
     chinese = has_cjk(query)
     pattern = re.compile(

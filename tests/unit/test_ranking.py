@@ -897,6 +897,8 @@ def test_what_may_tell_a_time_or_a_number(text: str, time: bool, amount: bool, t
         ("What's Ana's sister called?", "Ana", "What's my sister called?"),
         # not a name, not the name, not written as one
         ("Where does the user live?", "user", "Where does the user live?"),
+        ("What does the Default plan include?", "default", "What does the Default plan include?"),
+        ("Tell Me about my trip", "me", "Tell Me about my trip"),
         ("Where does Anna live?", "ana", "Where does Anna live?"),
         ("Where does Ana live?", "user-42", "Where does Ana live?"),
         ("ask banana bread ana", "ana", "ask banana bread ana"),
