@@ -694,7 +694,8 @@ _ASKS_AMOUNT = re.compile(
     r"(?=\s+(?:of|for|at|on|in|to|now|again|these|this|last|then)\b|\s*[?？.!]*\s*$)|"
     r"\bquoted? (?:me|us|him|her|them)\b|\bwhat (?:temp|temperature|dose|dosage|psi)\b|"
     r"(?<!\bfor )(?<!\bfor my )\bblood pressure\b|血压|血糖|体温|心率|胆固醇|"
-    r"多少|多大|多久|多远|多高|多重|(?<!哪)几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚)|"
+    r"多少|多大|多久|多远|多高|多重|(?<!哪)几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚|"
+    r"杯|瓶|顿|节|遍|套|件|辆|台|本|双|位|页|米)|"
     r"价格|价钱|几片",
     re.IGNORECASE,
 )
@@ -702,7 +703,7 @@ _ASKS_AMOUNT = re.compile(
 # ("千万别", "万一", "一个人", "半天", "the one on main st" are no amounts.)
 _NUMBER = re.compile(
     r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]+|"
-    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片]|年级)|"
+    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片杯瓶顿节遍套件辆台本双位]|年级)|"
     r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|twenty|thirty|"
     r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple|half|twice)\b",
     re.IGNORECASE,
@@ -873,9 +874,10 @@ _MAY_TELL_TIME = re.compile(
 _MAY_TELL_AMOUNT = re.compile(
     r"[0-9０-９]|[一二三四五六七八九十两百千万半几]"
     r"(?:个|顿|次|天|晚|人|口|张|节|遍|瓶|杯|米|克|分|斤|块|元|岁|号|点|周|年|月|只|片|层|楼|"
-    r"公里|对|来|多)|俩|仨|双胞胎|独生|满月|周岁|"
+    r"公里|对|来|多)|俩|仨|双胞胎|独生|独苗|满月|周岁|半百|免费|白送|不要钱|没花钱|"
     r"\b(?:both|twins?|triplets|quadruplets|pairs?|grand|fortnight|overnight|none|zero|"
-    r"only child)\b|\b(?:was|is|for|it's|were|are) free\b|\bno [a-z]+s\b",
+    r"decades? (?:old|ago|long|now)|alone|nothing|newborn|single|free|only child|just me|"
+    r"(?:twen|thir|for|fif|six|seven|eigh|nine)ties)\b|\bno [a-z]+s\b",
     re.IGNORECASE,
 )
 _DIGITS = re.compile(r"\d+")
@@ -1060,7 +1062,10 @@ def similar_by_vectors(
 _NAME_ID = re.compile(r"[A-Za-z]{2,}")
 _NOT_NAME_WORDS = (
     "user users test tester demo admin default guest anonymous anon system assistant bot "
-    "client customer member owner someone somebody person human agent example sample"
+    "client customer member owner someone somebody person human agent example sample "
+    # Capitalised as words too: "May I…", "in June", "on Sunday".
+    "may might must shall january february march april june july august september october "
+    "november december monday tuesday wednesday thursday friday saturday sunday"
 )
 _NOT_NAME_IDS = frozenset(_NOT_NAME_WORDS.split())
 
@@ -1068,24 +1073,60 @@ _NOT_NAME_IDS = frozenset(_NOT_NAME_WORDS.split())
 def in_first_person(query: str, user_id: str) -> str:
     """The question with the user named by their id put in the first person: an agent
     asks "Ana 住在哪里？" or "What does Ana eat?" of user "ana", whose turns say I and my,
-    and whose profile says "the user". The name counts where it is written as one
-    (capitalised, or beside Chinese text, where case tells nothing): "the user" is not user
-    "user". "Ana's" becomes "my", "Ana" I (我 in a Chinese question)."""
-    if _NAME_ID.fullmatch(user_id) is None or user_id.lower() in _NOT_NAME_IDS:
+    and whose profile says "the user". Only where the name stands for a person on its own
+    (`_names_the_user`): capitalised in English, any case in a Chinese question; not inside
+    another word or name ("Tomás", "Grace Hopper", "Ivy League", "iPhone Pro Max"), not a
+    place or a thing ("a trip to Sofia", "her Mercedes", "the Summer holidays", 我妈用的 nova),
+    not someone else of that name ("my friend Maria"). "Ana's" becomes "my", "Ana" I (我 in a
+    Chinese question)."""
+    low = user_id.lower()
+    if _NAME_ID.fullmatch(user_id) is None or low in _NOT_NAME_IDS:
         return query
-    if user_id.lower() in terms.ENGLISH_STOPWORDS:  # "me", "i", "you"
+    if low in terms.ENGLISH_STOPWORDS:  # "me", "i", "you"
         return query
     chinese = has_cjk(query)
     pattern = re.compile(
-        rf"(?<![A-Za-z0-9_'-]){re.escape(user_id)}(?P<own>'s|’s)?(?![A-Za-z0-9_-])(?P<gap>\s*)",
+        rf"(?<![^\W\d_\u3400-\u9fff]|[\d_'’-]){re.escape(user_id)}"
+        rf"(?P<own>['’]s|['’](?=\s))?(?![^\W\d_\u3400-\u9fff]|[\d_-])(?P<gap>\s*)",
         re.IGNORECASE,
     )
 
     def own(m: re.Match[str]) -> str:
-        if not (chinese or m.group(0)[0].isupper()):
+        if not _names_the_user(query, m, len(user_id), chinese=chinese):
             return m.group(0)
         if chinese:  # "Ana 住在哪里" → 我住在哪里
             return "我的" if m.group("own") else "我"
         return ("my" if m.group("own") else "I") + m.group("gap")
 
     return pattern.sub(own, query)
+
+
+# Before a name, words that make it a place, a thing or someone else: "to Sofia", "her
+# Mercedes", "the Summer holidays", "my friend Maria" (a possessive two words back).
+_NOT_THE_USER_BEFORE = re.compile(
+    r"\b(?:to|in|from|at|near|of|the|a|an|this|that|my|his|her|our|their|your|its)\W*$|"
+    r"\b(?:my|his|her|our|their|your)\s+\w+\W*$|的\s*$",
+    re.IGNORECASE,
+)
+_CAPITALISED = re.compile(r"[A-Z][a-z]")
+
+
+def _names_the_user(query: str, m: re.Match[str], size: int, *, chinese: bool) -> bool:
+    """Does the match stand for the user: written as a name, and not part of a longer name
+    or a place or a thing (`in_first_person`)?"""
+    word = query[m.start() : m.start() + size]
+    if not (chinese or word[0].isupper()) or (size > 1 and word.isupper()):  # "AI", "MAX"
+        return False
+    before, after = query[: m.start()], query[m.end() :]
+    if _NOT_THE_USER_BEFORE.search(before):
+        return False
+    if m.group("gap") and _CAPITALISED.match(after):  # "Grace Hopper", "Ivy League"
+        return False
+    if not before.strip() and after.startswith((",", "，")):  # "Tom, where do I live?"
+        return False
+    # After a capitalised word inside a sentence: "iPhone Pro Max", "Mary Grace".
+    prev = re.search(r"(\S+)\s+$", before)
+    if prev is None or not _CAPITALISED.match(prev.group(1)):
+        return True
+    earlier = before[: prev.start()].rstrip()
+    return not earlier or earlier.endswith((".", "!", "?", "。", "？", "！"))

@@ -328,9 +328,9 @@ class Score:
                     # nights"): such a turn is not known to lack one.
                     kind != "place" or ranking.shows_case(MemoryPayload.text_of(p.content, p.role))
                 )
-            if number:
-                f.lacks_number[i] = not ranking.names_amount(
-                    MemoryPayload.text_of(p.content, p.role)
+            if number:  # loose: a number in words is one ("we have twins", 三个孩子)
+                f.lacks_number[i] = not ranking.may_tell(
+                    MemoryPayload.text_of(p.content, p.role), time=False, amount=True
                 )
             if period is not None and p.kind != "summary":  # a summary spans its period
                 f.outside[i] = not period[0] <= p.created_at < period[1]
