@@ -122,7 +122,9 @@ class RecallResult(BaseModel):
     content: str
     score: float = Field(
         description="the ranking score in [0, 1]: α·(½·rank fusion + ½·semantic) + β·recency "
-        "+ γ·importance, weights normalised (docs/architecture.md §3)"
+        "+ γ·importance, weights normalised (docs/architecture.md §3). Results come in rank "
+        "order, which the steps after scoring may change (the user's reply above the turn "
+        "it answers, a newer statement above the older one): a later result can score higher"
     )
     scores: Scores
     created_at: datetime
