@@ -1085,6 +1085,7 @@ def in_first_person(query: str, user_id: str) -> str:
     if low in terms.ENGLISH_STOPWORDS:  # "me", "i", "you"
         return query
     chinese = has_cjk(query)
+    lead = len(query) - len(query.lstrip())  # where the text's first word starts
     pattern = re.compile(
         rf"(?<![^\W\d_\u3400-\u9fff]|[\d_'’-]){re.escape(user_id)}"
         rf"(?P<own>['’]s|['’](?=\s))?(?![^\W\d_\u3400-\u9fff]|[\d_-])(?P<gap>\s*)",
@@ -1092,7 +1093,7 @@ def in_first_person(query: str, user_id: str) -> str:
     )
 
     def own(m: re.Match[str]) -> str:
-        if not _names_the_user(query, m, len(user_id), chinese=chinese):
+        if not _names_the_user(query, m, len(user_id), chinese=chinese, lead=lead):
             return m.group(0)
         if chinese:  # "Ana 住在哪里" → 我住在哪里
             return "我的" if m.group("own") else "我"
@@ -1111,22 +1112,31 @@ _NOT_THE_USER_BEFORE = re.compile(
 _CAPITALISED = re.compile(r"[A-Z][a-z]")
 
 
-def _names_the_user(query: str, m: re.Match[str], size: int, *, chinese: bool) -> bool:
+def _names_the_user(query: str, m: re.Match[str], size: int, *, chinese: bool, lead: int) -> bool:
     """Does the match stand for the user: written as a name, and not part of a longer name
-    or a place or a thing (`in_first_person`)?"""
+    or a place or a thing (`in_first_person`; `lead`: where the text's first word starts)?
+    Read from a few words around it only, so that a long text of many names costs time in
+    proportion to its length."""
     word = query[m.start() : m.start() + size]
     if not (chinese or word[0].isupper()) or (size > 1 and word.isupper()):  # "AI", "MAX"
         return False
-    before, after = query[: m.start()], query[m.end() :]
+    at = max(lead, m.start() - _NEAR)
+    before, after = query[at : m.start()], query[m.end() : m.end() + _NEAR]
     if _NOT_THE_USER_BEFORE.search(before):
         return False
     if m.group("gap") and _CAPITALISED.match(after):  # "Grace Hopper", "Ivy League"
         return False
-    if not before.strip() and after.startswith((",", "，")):  # "Tom, where do I live?"
+    if m.start() <= lead and after.startswith((",", "，")):  # "Tom, where do I live?"
         return False
     # After a capitalised word inside a sentence: "iPhone Pro Max", "Mary Grace".
     prev = re.search(r"(\S+)\s+$", before)
     if prev is None or not _CAPITALISED.match(prev.group(1)):
         return True
     earlier = before[: prev.start()].rstrip()
-    return not earlier or earlier.endswith((".", "!", "?", "。", "？", "！"))
+    if not earlier:
+        return at + prev.start() <= lead  # the text's first word ("Does Ana …") or cut off
+    return earlier.endswith((".", "!", "?", "。", "？", "！"))
+
+
+# How far around a name `_names_the_user` reads.
+_NEAR = 48
