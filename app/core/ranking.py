@@ -690,11 +690,12 @@ _ASKS_AMOUNT = re.compile(
     # What is told in figures ("what dose of zoloft", "the gate code", "tire psi"), when it
     # is what is asked: not a kind of thing ("code editor", "budget airline", "which pin
     # did she buy", "dress code").
-    r"(?<!dress )\b(?:dose|dosage|temp|temperature|psi|salary|premium|budget|number|code|pin)"
+    r"(?<!dress )\b(?:dose|dosage|temp|temperature|psi|salary|premium|budget|number|"
+    r"code(?! of conduct)|pin)"
     r"(?=\s+(?:of|for|at|on|in|to|now|again|these|this|last|then)\b|\s*[?？.!]*\s*$)|"
     r"\bquoted? (?:me|us|him|her|them)\b|\bwhat (?:temp|temperature|dose|dosage|psi)\b|"
     r"(?<!\bfor )(?<!\bfor my )\bblood pressure\b|血压|血糖|体温|心率|胆固醇|"
-    r"多少|多大|多久|多远|多高|多重|(?<!哪)几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚|"
+    r"多少|(?<![很好许])多(?:大|久|远|高|重)|(?<![哪这那前过好])几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚|"
     r"杯|瓶|顿|节|遍|套|件|辆|台|本|双|位|页|米)|"
     r"价格|价钱|几片",
     re.IGNORECASE,
@@ -703,7 +704,7 @@ _ASKS_AMOUNT = re.compile(
 # ("千万别", "万一", "一个人", "半天", "the one on main st" are no amounts.)
 _NUMBER = re.compile(
     r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]+|"
-    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片杯瓶顿节遍套件辆台本双位]|年级)|"
+    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片杯瓶顿节遍辆台双]|年级)|"
     r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|twenty|thirty|"
     r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple|half|twice)\b",
     re.IGNORECASE,
@@ -866,6 +867,12 @@ _MAY_TELL_TIME = re.compile(
     r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)[ -]"
     r"(?:thirty|fifteen|forty[ -]five|o'clock)\b|"
     r"\bon the (?:first|second|third|\w+th)\b|"
+    # A year not naming a model ("in 2019", "graduated 2019", "class of '19"; not "2016
+    # rav4"), a date in figures (6/14/19, 2025-06-07, 14.06.2019).
+    r"\b(?:in|since|of|from|until|by|around) '?\d\d\b|\b(?:19|20)\d\d\b(?!\s*[a-z0-9])|"
+    r"\b\d{1,4}[/.-]\d{1,2}(?:[/.-]\d{2,4})?\b|"
+    r"\b(?:during|in) (?:college|high school|school|uni|university|grad school|the pandemic|"
+    r"covid|lockdown)\b|"
     r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|march)\.? ?\d{1,2}\b",
     re.IGNORECASE,
 )
@@ -1105,7 +1112,8 @@ def in_first_person(query: str, user_id: str) -> str:
 # Before a name, words that make it a place, a thing or someone else: "to Sofia", "her
 # Mercedes", "the Summer holidays", "my friend Maria" (a possessive two words back).
 _NOT_THE_USER_BEFORE = re.compile(
-    r"\b(?:to|in|from|at|near|of|the|a|an|this|that|my|his|her|our|their|your|its)\W*$|"
+    r"\b(?:to|in|from|at|near|of|for|with|about|by|on|the|a|an|this|that|my|his|her|our|"
+    r"their|your|its)\W*$|"
     r"\b(?:my|his|her|our|their|your)\s+\w+\W*$|的\s*$",
     re.IGNORECASE,
 )
@@ -1118,7 +1126,11 @@ def _names_the_user(query: str, m: re.Match[str], size: int, *, chinese: bool, l
     Read from a few words around it only, so that a long text of many names costs time in
     proportion to its length."""
     word = query[m.start() : m.start() + size]
-    if not (chinese or word[0].isupper()) or (size > 1 and word.isupper()):  # "AI", "MAX"
+    if size > 1 and word.isupper():  # "AI", "MAX"
+        return False
+    # Lowercase, only as a Chinese question's first word ("lina 在哪里上班？", not "我想买
+    # max 版的" nor "我用ai写的文章").
+    if not word[0].isupper() and not (chinese and m.start() <= lead):
         return False
     at = max(lead, m.start() - _NEAR)
     before, after = query[at : m.start()], query[m.end() : m.end() + _NEAR]
@@ -1135,7 +1147,10 @@ def _names_the_user(query: str, m: re.Match[str], size: int, *, chinese: bool, l
     earlier = before[: prev.start()].rstrip()
     if not earlier:
         return at + prev.start() <= lead  # the text's first word ("Does Ana …") or cut off
-    return earlier.endswith((".", "!", "?", "。", "？", "！"))
+    return (
+        earlier.endswith((".", "!", "?", ":", "。", "？", "！", "："))
+        or "\n" in before[len(earlier) :]
+    )
 
 
 # How far around a name `_names_the_user` reads.

@@ -529,6 +529,11 @@ class ContextService:
             as_of=body.as_of,
             session_id=session_id,
             rewrite=body.rewrite,
+            # The user's turns stored under their name ("Ana: …") are found by it, and the
+            # named speaker's memories come first (`speaker_first`): the name stays.
+            first_person=all(
+                message_speaker(m).casefold() != body.user_id.casefold() for m in recent
+            ),
             # The turns before the message the query is (or, for a caller's query, all of
             # them): what a follow-up's pronouns point at.
             turns=tuple(

@@ -121,7 +121,10 @@ class RecallService:
             spec = dataclasses.replace(spec, query=rewritten.rewritten, held=rewritten.read)
         # The user named by their id ("Ana 住在哪里？" of user "ana") is the user: their turns
         # say I and my.
-        spec = dataclasses.replace(spec, query=ranking.in_first_person(spec.query, spec.user_id))
+        if spec.first_person:
+            spec = dataclasses.replace(
+                spec, query=ranking.in_first_person(spec.query, spec.user_id)
+            )
         candidates = self.score(spec, await self.retrieve(spec))
         ranked = await run_stages(spec, candidates, self.stages)
         floor = max(spec.min_relevance, self.config.reinforce_min_relevance)

@@ -65,6 +65,9 @@ class SearchSpec:
     # The seqs of `session_id`'s turns a rewrite read and built the query from: the caller
     # holds them (`HeldTurnsLast`). Set by the search, not the caller.
     held: frozenset[int] = frozenset()
+    # The user named by their id is searched in the first person (`ranking.in_first_person`),
+    # unless their turns carry that name (context: memories "Ana: …", searched by it).
+    first_person: bool = True
 
     @classmethod
     def from_request(cls, tenant_id: str, body: RecallRequest) -> SearchSpec:
@@ -329,9 +332,7 @@ class Score:
                     kind != "place" or ranking.shows_case(MemoryPayload.text_of(p.content, p.role))
                 )
             if number:  # loose: a number in words is one ("we have twins", 三个孩子)
-                f.lacks_number[i] = not ranking.may_tell(
-                    MemoryPayload.text_of(p.content, p.role), time=False, amount=True
-                )
+                f.lacks_number[i] = not may_tell_of(p.content, p.role, False, True)
             if period is not None and p.kind != "summary":  # a summary spans its period
                 f.outside[i] = not period[0] <= p.created_at < period[1]
             chunk_terms = hit.vectors.sparse_ids if hit.vectors else ()
@@ -457,6 +458,13 @@ def names_of(content: str, role: str | None, kind: ranking.AnswerType) -> bool:
     return ranking.names(MemoryPayload.text_of(content, role), kind)
 
 
+@text_memo(NAMES_BYTES)
+def may_tell_of(content: str, role: str | None, time: bool, amount: bool) -> bool:
+    """`ranking.may_tell` of a memory's own text, once per text (like `names_of`): a number
+    question asks it of every candidate."""
+    return ranking.may_tell(MemoryPayload.text_of(content, role), time=time, amount=amount)
+
+
 def _stack(rows: Sequence[Sequence[float] | NDArray[np.float32]], dim: int) -> NDArray[np.float32]:
     """The rows as a matrix; a row that is missing (or of another size) is zeros: cosine 0."""
     out = np.zeros((len(rows), dim), dtype=np.float32)
@@ -502,7 +510,10 @@ def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
     `min_relevance` 0, and the context's, keep their results), and not over summaries."""
     if not results or any(c.hit.payload.kind == "summary" for c in results):
         return False
-    time = ranking.asks_for(spec.query) == "time"
+    kind = ranking.asks_for(spec.query)
+    if kind == "place":  # "那几件衣服是在哪买的？" asks where, not how many
+        return False
+    time = kind == "time"
     # How long and how often are told in numbers too ("took me 140 hours"), and 几号 asks
     # for a date or a number (停车位是几号 over "B14").
     amount = (
@@ -513,12 +524,7 @@ def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
     if not (time or amount) or ranking.asks_name(spec.query) or ranking.asks_who(spec.query):
         return False
     return not any(
-        ranking.may_tell(
-            MemoryPayload.text_of(c.hit.payload.content, c.hit.payload.role),
-            time=time,
-            amount=amount,
-        )
-        for c in results
+        may_tell_of(c.hit.payload.content, c.hit.payload.role, time, amount) for c in results
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -424,3 +425,28 @@ async def test_a_fact_the_profile_cannot_hold_comes_back_as_a_memory(
                 assert in_profile or in_memories, body["text"]
             where.add("profile" if in_profile else "memories" if in_memories else "none")
         assert {"profile", "memories"} <= where, where
+
+
+async def test_a_user_whose_turns_carry_their_name_keeps_it_in_the_question(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """Recall puts the user named by their id in the first person ("What did Joanna bake?"
+    of user `joanna` → "What did I bake?"); in a conversation whose turns carry that name
+    ("Joanna: …"), the context keeps it, so that her memories are found by it and come first
+    as a named speaker's."""
+    name = "Joanna" + "".join(chr(ord("a") + int(c, 16) % 26) for c in uuid.uuid4().hex[:6])
+    user, session = name.lower(), ids("now")
+    await post_messages(
+        running,
+        session,
+        user,
+        [
+            turn("I baked a raspberry tart for the fair.", metadata={"name": name}),
+            turn("Sounds great!", role="assistant", metadata={"name": "Ben"}),
+        ],
+    )
+    query = f"What did {name} bake?"
+    asked = await running.client.post("/v1/recall", json={"user_id": user, "query": query})
+    assert asked.json()["rewritten_query"] == "What did I bake?"
+    body = await context(running, session, user, query=query, token_budget=400)
+    assert body["rewritten_query"] is None

@@ -1694,6 +1694,7 @@ def test_the_assistant_confirming_a_change_stays_below_the_users_words() -> None
         ("我公司的停车位是几号？", ["finally got a reserved parking spot at work, B14"], True),
         ("when did i start running?", ["started running 3 months ago"], True),
         # Not asked for a time or a number: left to the floor.
+        ("那几件衣服是在哪买的？", ["那件外套是在优衣库买的"], True),
         ("who's my dentist?", ["i need to book a dentist appt"], True),
         ("what's my cat's name", ["my cat is being picky with her food"], True),
     ],
