@@ -579,6 +579,7 @@ class UserWordsFirst:
         if not ranking.asks_about_user(spec.query) and _names_a_speaker(spec.query, candidates):
             return candidates
         asked = ranking.subjects(spec.query) - {ranking.SELF}
+        question = _Question.of(spec.query)
         places = {
             at: n
             for n, c in enumerate(candidates)
@@ -593,31 +594,14 @@ class UserWordsFirst:
             if at is None:
                 continue
             reply = MemoryPayload.text_of(p.content, p.role)
-            asks = ranking.ends_asking(reply)
             for u in (places.get((at[0], at[1] - 1)), places.get((at[0], at[1] + 1))):
-                if u is None or u < n:
+                if u is None or u < n or order.index(u) - order.index(n) > self.within:
                     continue
-                turn = candidates[u]
-                text = MemoryPayload.text_of(turn.hit.payload.content, "user")
-                answers = _place(turn.hit.payload) == (at[0], at[1] + 1)
-                if (
-                    order.index(u) - order.index(n) > self.within
-                    or turn.semantic < self.confident
-                    or ranking.ends_asking(text)
-                    or ranking.about_others(asked, ranking.subjects(text) - {ranking.SELF})
-                    or (
-                        text_facts(turn.hit.payload.content, "user").filler
-                        or not asks
-                        or (ranking.affirms(text) and not ranking.adds_specifics(text, reply))
-                        or turn.semantic < self.answer_relevance * c.semantic
-                        if answers
-                        else ranking.adds_specifics(reply, text)
-                    )
-                ):
+                answers = _place(candidates[u].hit.payload) == (at[0], at[1] + 1)
+                if self._stays_below(candidates[u], c, reply, question, answers=answers):
                     continue
                 order.remove(u)
                 order.insert(order.index(n), u)
-        question = _Question.of(spec.query)
         replies = {
             at: c
             for c in candidates
@@ -646,6 +630,36 @@ class UserWordsFirst:
                     out[u] = _not_below(out[u], c, self.inherits, spec.min_relevance)
                     break
         return [out[n] for n in order]
+
+    def _stays_below(
+        self, turn: Candidate, c: Candidate, reply: str, question: _Question, *, answers: bool
+    ) -> bool:
+        """Does the user's `turn` stay below the assistant's reply `c` (the turn it drew, or,
+        with `answers`, the question it answers)? A turn that tells, then asks ("i'm on
+        lisinopril for blood pressure, is it ok to take ibuprofen?") holds the user's own
+        fact, which a question about the user's world asks for, not advice ("what should I
+        see in Rome?"): its reply is the answer only to the question it asked."""
+        text = MemoryPayload.text_of(turn.hit.payload.content, "user")
+        told_first = (
+            not answers
+            and ranking.asks_about_user(question.query)
+            and not ranking.asks_advice(question.query)
+            and ranking.tells_then_asks(text)
+        )
+        if (
+            turn.semantic < self.confident
+            or (ranking.ends_asking(text) and not told_first)
+            or ranking.about_others(question.others, ranking.subjects(text) - {ranking.SELF})
+        ):
+            return True
+        if not answers:
+            return _reply_tells_more(reply, text, question)
+        return (
+            text_facts(turn.hit.payload.content, "user").filler
+            or not ranking.ends_asking(reply)
+            or (ranking.affirms(text) and not ranking.adds_specifics(text, reply))
+            or turn.semantic < self.answer_relevance * c.semantic
+        )
 
     def _tells_more(
         self,
@@ -852,6 +866,18 @@ def _asks_about_another(question: _Question, between: Candidate) -> bool:
     )
 
 
+def _reply_tells_more(reply: str, turn: str, question: _Question) -> bool:
+    """Does the assistant's reply name a number or a name the user's turn does not
+    (`ranking.adds_specifics`: "太平洋那款的等待期是九十天" answers by itself), other than
+    beside the time asked, which the turn tells and the reply does not ("睡七个半小时左右"
+    after "最近每天11点睡，6点半起" for 我平时几点起床)?"""
+    if not ranking.adds_specifics(reply, turn):
+        return False
+    return not (
+        question.kind == "time" and _told_when(question, turn) and not _told_when(question, reply)
+    )
+
+
 def _asks_the_same_thing_across(question: _Question, asks: str) -> bool:
     """Across languages no word is shared: "哪款？" asks what "what robot vacuum did i
     buy" asks, "Which couch is it?" what 我家沙发是哪个牌子的 asks, when both ask for a
@@ -1028,7 +1054,7 @@ class NewerFactsFirst:
             thread = now and self._in_thread(hits[i].payload, hits[k].payload)
             if not (facts[i].states_change or restating[i] or (current[i] and thread)):
                 return False
-            if ranking.about_others(facts[i].subjects, facts[k].subjects):
+            if _about_others(hits[i].payload, facts[i], facts[k], thread=thread):
                 return False
             if self._confirms(hits[i], hits[k], facts[k]):
                 return False
@@ -1223,6 +1249,20 @@ class NewerFactsFirst:
         if a is None or b is None or a[0] != b[0]:
             return False
         return 0 < a[1] - b[1] <= self.thread_turns
+
+
+def _about_others(newer: MemoryPayload, said: TextFacts, older: TextFacts, *, thread: bool) -> bool:
+    """Are the two statements about different people (`ranking.about_others`)? In a thread,
+    the user correcting what they just said names themselves ("sorry not lincoln center
+    lol, … i was thinking of last year" after "my daughter's recital is at lincoln
+    center"): no one else."""
+    if not ranking.about_others(said.subjects, older.subjects):
+        return False
+    return not (
+        thread
+        and said.subjects <= {ranking.SELF}
+        and ranking.corrects(MemoryPayload.text_of(newer.content, "user"))
+    )
 
 
 def _names_a_speaker(query: str, candidates: Sequence[Candidate]) -> bool:

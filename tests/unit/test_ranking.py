@@ -258,6 +258,7 @@ def test_change_markers_in_both_languages() -> None:
         "We moved the meeting to Friday",
         "I no longer eat meat",
         "Let's take the train instead",
+        "tom left, our new manager is rachel",
     ):
         assert ranking.states_change(text), text
     for text in (
@@ -267,6 +268,8 @@ def test_change_markers_in_both_languages() -> None:
         # "now" is mostly filler in conversation, not a change.
         "I'm so tired right now",
         "Now that you mention it, I loved that book",
+        "the new manager seems nice",
+        "i'll take over from here",
     ):
         assert not ranking.states_change(text), text
 
@@ -606,10 +609,53 @@ def test_a_statement_that_adds_to_another(text: str, adds: bool) -> None:
         ("what car did I have before?", False),
         ("where was I living last year?", False),
         ("我以前住哪？", False),
+        # "did" before a verb of a state asks how things were; before one of choosing,
+        # what was settled at last.
+        ("what car did I have?", False),
+        ("where did i go to college?", False),
+        ("what name did we pick for the baby?", True),
+        ("who did i end up going with for car insurance", True),
+        # "old" in "how old" is an age, not the past.
+        ("how old is my son", True),
+        ("what was my old car insurance premium", False),
     ],
 )
 def test_a_question_about_how_things_stand(question: str, now: bool) -> None:
     assert ranking.asks_about_now(question) is now
+
+
+@pytest.mark.parametrize(
+    ("text", "corrects"),
+    [
+        ("sorry not lincoln center lol, it's the school auditorium", True),
+        ("不对，是13号", True),
+        ("actually i got a new one, 555-0142", True),
+        ("我记错了，是周日", True),
+        ("its 88 harbor rd now", False),  # a statement of now, not a correction
+        ("i'm sorry to hear that", False),
+    ],
+)
+def test_a_correction_of_what_was_just_said(text: str, corrects: bool) -> None:
+    assert ranking.corrects(text) is corrects
+    if corrects:
+        assert ranking.states_current(text)  # every correction counts as one of now
+
+
+@pytest.mark.parametrize(
+    ("text", "tells"),
+    [
+        ("i'm on lisinopril for blood pressure, is it ok to take ibuprofen?", True),
+        ("did the bp machine at cvs, got 138/88. is that bad?", True),
+        ("我用的是iPhone 13，电池健康只有81%了，要不要换", True),
+        ("谢谢！家里没有冰糖，用白砂糖行吗", True),
+        ("what should i get my mom?", False),  # it only asks
+        ("thanks so much, what else?", False),  # a reaction, then a question
+        ("好的好的，那几点出发？", False),
+    ],
+)
+def test_a_turn_that_tells_then_asks(text: str, tells: bool) -> None:
+    assert ranking.ends_asking(text)
+    assert ranking.tells_then_asks(text) is tells
 
 
 def test_the_new_turn_readers_run_in_linear_time_on_hostile_text() -> None:
@@ -628,6 +674,7 @@ def test_the_new_turn_readers_run_in_linear_time_on_hostile_text() -> None:
             ranking.adds_specifics(text, "x")
             ranking.asks_about_now(text)
             ranking.asks_about_user(text)
+            ranking.tells_then_asks(text)
             best = min(best, time.perf_counter() - start)
         return best
 

@@ -893,6 +893,22 @@ def _exchange(n: int, text: str, session: str, seq: int, role: str) -> VectorHit
         ("whats his number?", "guy named marco, his number is 555-0142", 0.7, 2),
         # the user's turn asked, so the reply answers it
         ("what should I see in Rome?", "I'm going to Rome, what should I see?", 0.7, 1),
+        # ... but what it told before asking is the user's own fact
+        ("where am i going this spring?", "I'm going to Rome, what should I see?", 0.7, 2),
+        (
+            "what medication am i taking for my blood pressure?",
+            "i'm on lisinopril for blood pressure, is it ok to take ibuprofen?",
+            0.7,
+            2,
+        ),
+        # ... unless the question asks for advice, or the turn told nothing first
+        (
+            "what should i take for a headache?",
+            "i'm on lisinopril for blood pressure, is it ok to take ibuprofen?",
+            0.7,
+            1,
+        ),
+        ("where am i going this spring?", "thanks so much, what should I see?", 0.7, 1),
         # ... also without its question mark
         ("where do i park at the airport?", "should i park or use the cell phone lot", 0.7, 1),
         # the user's turn is not relevant enough on its own
@@ -954,6 +970,18 @@ def test_a_reply_that_adds_a_number_or_a_name_stays_above_the_turn() -> None:
     near = _ranked(plain, *between[:2], mine, *between[2:])
     out = asyncio.run(UserWordsFirst()(spec(query="when do i usually work out?"), near))
     assert out[0].hit.id.int == 2
+
+
+def test_a_reply_that_adds_a_number_beside_the_time_asked_goes_below_the_turn() -> None:
+    """ "睡七个半小时左右，挺健康的。" adds a number, but not the clock time 我平时几点起床
+    asks, which the turn it replies to tells ("最近每天11点睡，6点半起"); a reply that tells
+    a clock time of its own stays above."""
+    turn = _exchange(2, "最近每天11点睡，6点半起", "s", 3, "user")
+    for text, first in (("睡七个半小时左右，挺健康的。", 2), ("那可以试试5点半起床。", 1)):
+        reply = _exchange(1, text, "s", 4, "assistant")
+        pool = _ranked(reply, turn, semantic=(0.9, 0.8))
+        out = asyncio.run(UserWordsFirst()(spec(query="我平时几点起床"), pool))
+        assert out[0].hit.id.int == first, text
 
 
 def test_asked_for_a_time_only_a_statement_naming_one_restates() -> None:
@@ -1101,6 +1129,26 @@ def test_a_correction_replaces_the_statement_of_the_thread_closest_to_it() -> No
     assert [c.hit.id.int for c in out] == [1, 2, 3]
     out = asyncio.run(stage(spec(query="what's my phone number?"), _ranked(phone, time, fix)))
     assert out[0].hit.id.int == 2
+
+
+def test_a_correction_in_a_thread_is_the_users_own_not_about_someone_else() -> None:
+    """ "sorry not lincoln center lol, it's the school auditorium, i was thinking of last
+    year" corrects "my daughter's recital is at lincoln center": its "i" is the user who
+    got it wrong, not another person than the daughter. A statement of now about the user
+    that corrects nothing stays below."""
+    old = _thread_turn(1, "my daughter's recital is at lincoln center", 1, _OLD_TURN)
+    for text, moves in (
+        (
+            "sorry not lincoln center lol, it's the school auditorium, i was thinking of last year",
+            True,
+        ),
+        ("i'm at the school auditorium now", False),
+        ("sorry not lincoln center, my son's is at the school auditorium", False),
+    ):
+        new = _thread_turn(2, text, 3, _NEW_TURN)
+        stage = NewerFactsFirst(0.4, restate_similarity=0.9)  # no restating here
+        out = asyncio.run(stage(spec(query="where's the recital"), _ranked(old, new)))
+        assert [c.hit.id.int for c in out] == ([2, 1] if moves else [1, 2]), text
 
 
 def test_a_statement_of_now_replaces_only_in_a_thread() -> None:
