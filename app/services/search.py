@@ -717,8 +717,16 @@ class UserWordsFirst:
             # Its own words carry the topic: a reply that shares few is a new one ("燕麦她
             # 不爱吃，我试试别的" after "我妈血糖有点高，有什么适合她吃的早餐吗？").
             return turn.semantic >= self.confident
-        # Not for a place: in lowercase chat a place is seldom capitalised ("visiting from
-        # toronto"), so a first turn that names one would pass for one that does not.
+        # A place only in Chinese: in lowercase English chat a place is seldom capitalised
+        # ("visiting from toronto"), so a first turn that names one would pass for one that
+        # does not. A place the question names is no answer to it (杭州 in 我杭州出差订的
+        # 哪个酒店, after "下周要去杭州出差").
+        if kind == "place":
+            return (
+                ranking.language(said) == "zh"
+                and ranking.names(text, "place")
+                and not ranking.names(_without_words(said, question.words), "place")
+            )
         if kind == "time":
             return _told_when(question, text) and not _told_when(question, said)
         if amount:
@@ -895,6 +903,14 @@ def _asks_the_same_thing_across(question: _Question, asks: str) -> bool:
     )
 
 
+def _without_words(text: str, words: frozenset[str]) -> str:
+    """The text with each of the (Chinese) words taken out."""
+    for w in sorted(words, key=len, reverse=True):
+        if ranking.has_cjk(w):
+            text = text.replace(w, " ")
+    return text
+
+
 def _told_when(question: _Question, text: str) -> bool:
     """Does the text tell the time the question asks for: a clock time for "what time"
     ("got an interview next week!!" does not, "thursday at 2pm" does), how often for "how
@@ -1054,7 +1070,7 @@ class NewerFactsFirst:
             thread = now and self._in_thread(hits[i].payload, hits[k].payload)
             if not (facts[i].states_change or restating[i] or (current[i] and thread)):
                 return False
-            if _about_others(hits[i].payload, facts[i], facts[k], thread=thread):
+            if _about_others(hits[i].payload, hits[k].payload, facts[i], facts[k], thread=thread):
                 return False
             if self._confirms(hits[i], hits[k], facts[k]):
                 return False
@@ -1251,17 +1267,22 @@ class NewerFactsFirst:
         return 0 < a[1] - b[1] <= self.thread_turns
 
 
-def _about_others(newer: MemoryPayload, said: TextFacts, older: TextFacts, *, thread: bool) -> bool:
+def _about_others(
+    newer: MemoryPayload, older: MemoryPayload, said: TextFacts, was: TextFacts, *, thread: bool
+) -> bool:
     """Are the two statements about different people (`ranking.about_others`)? In a thread,
     the user correcting what they just said names themselves ("sorry not lincoln center
     lol, … i was thinking of last year" after "my daughter's recital is at lincoln
-    center"): no one else."""
-    if not ranking.about_others(said.subjects, older.subjects):
+    center"): no one else, when the correction takes up a word of the statement (not "no
+    sorry, i meant an email about the field trip", which corrects a request)."""
+    if not ranking.about_others(said.subjects, was.subjects):
         return False
+    text = MemoryPayload.text_of(newer.content, "user")
     return not (
         thread
         and said.subjects <= {ranking.SELF}
-        and ranking.corrects(MemoryPayload.text_of(newer.content, "user"))
+        and ranking.corrects(text)
+        and bool(_words(text) & _words(MemoryPayload.text_of(older.content, "user")))
     )
 
 

@@ -1144,6 +1144,8 @@ def test_a_correction_in_a_thread_is_the_users_own_not_about_someone_else() -> N
         ),
         ("i'm at the school auditorium now", False),
         ("sorry not lincoln center, my son's is at the school auditorium", False),
+        # a correction of something else (a request) shares no word with the statement
+        ("no sorry, i wasn't clear, i meant an email about the field trip", False),
     ):
         new = _thread_turn(2, text, 3, _NEW_TURN)
         stage = NewerFactsFirst(0.4, restate_similarity=0.9)  # no restating here
@@ -1232,6 +1234,24 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
             "my friend priya is visiting from toronto this weekend",
             "prob brunch and the science museum",
             1,
+        ),
+        # ... but in Chinese a place is told apart: 在万达 names one, 给儿子报了个乐高编程课
+        # none (and a place the question names is no answer: 杭州)
+        ("乐高课在哪上", "给儿子报了个乐高编程课哈哈", "周六上午十点，在万达三楼", 2),
+        (
+            "我杭州出差订的哪个酒店",
+            "下周要去杭州出差，帮我看看天气呗",
+            "15号到18号，住西湖边上那个汉庭",
+            2,
+        ),
+        # 走路 ("walk") only ends like a road
+        ("上海出差住哪个酒店", "下周去上海出差，订了陆家嘴那边的亚朵，住三晚", "不用，走路就到", 1),
+        # a grade is a number: 四级 tells it, 学芭蕾三年了 does not
+        (
+            "what ballet grade is my daughter testing for",
+            "女儿学芭蕾三年了，下个月要考级",
+            "四级",
+            2,
         ),
         # a statement whose last clause reads like a question does not ask either
         (
