@@ -714,11 +714,9 @@ _ASKS_AMOUNT = re.compile(
     r"code(?! of conduct)|pin)"
     r"(?=\s+(?:of|for|at|on|in|to|now|again|these|this|last|then)\b|\s*[?？.!]*\s*$)|"
     r"\bquoted? (?:me|us|him|her|them)\b|\bwhat (?:temp|temperature|dose|dosage|psi)\b|"
-    # A grade or a level, told as a figure ("四级", "3rd grade", "B1").
-    r"\bwhat (?:\w+ )?(?:grade|level)\b|"
     r"(?<!\bfor )(?<!\bfor my )\bblood pressure\b|血压|血糖|体温|心率|胆固醇|"
     r"多少|(?<![很好许])多(?:大|久|远|高|重)|(?<![哪这那前过好])几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚|"
-    r"杯|瓶|顿|节|遍|套|件|辆|台|本|双|位|页|米|级)|"
+    r"杯|瓶|顿|节|遍|套|件|辆|台|本|双|位|页|米)|"
     r"价格|价钱|几片",
     re.IGNORECASE,
 )
@@ -726,7 +724,7 @@ _ASKS_AMOUNT = re.compile(
 # ("千万别", "万一", "一个人", "半天", "the one on main st" are no amounts.)
 _NUMBER = re.compile(
     r"\d|(?<![万千])[一二三四五六七八九十两][一二三四五六七八九十两百千万]+|"
-    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片杯瓶顿节遍辆台双级]|年级)|"
+    r"(?<![万千])[一二三四五六七八九十两](?=[块元岁号点天周斤层楼只次片杯瓶顿节遍辆台双]|年级)|"
     r"\b(?:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|twenty|thirty|"
     r"forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|dozen|couple|half|twice)\b",
     re.IGNORECASE,
@@ -1035,6 +1033,32 @@ _ASKS_ADVICE = re.compile(
 # Where a turn's statement ends and its question begins: a sentence's end or a comma.
 _PARTS = re.compile(r"[,，.!?。！？;；\n]+")
 _WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+# A question for a grade or a level, and what tells one: a level in figures ("四级", "B1",
+# "3rd grade", N2) or in words ("intermediate", 中级, KET, kindergarten). Not a number
+# question: "what level is my french class?" over "it's intermediate" must not come back
+# empty for want of a figure (`may_tell`), nor take "there are 12 people in it" for one.
+_ASKS_LEVEL = re.compile(
+    r"\bwhat (?:\w+ )?(?:grade|level)\b|几级|什么级别|哪个级别|几段", re.IGNORECASE
+)
+_NAMES_LEVEL = re.compile(
+    r"(?<![A-Za-z])(?:[abc][12]|n[1-5]|hsk ?\d|(?:level|grade|lvl|band|year) ?\d+|"
+    r"\d+(?:st|nd|rd|th)? grade|beginners?|intermediate|advanced|elementary|kindergarten|"
+    r"pre-?k|freshman|sophomore|junior|senior|ket|pet|fce)(?![A-Za-z])|"
+    r"[一二三四五六七八九十\d]+[级段]|初级|中级|高级|入门|幼儿园|大班|中班|小班",
+    re.IGNORECASE,
+)
+
+
+def asks_level(question: str) -> bool:
+    """Does the question ask for a grade or a level ("what ballet grade …", 考几级)?"""
+    return _ASKS_LEVEL.search(question) is not None
+
+
+def names_level(text: str) -> bool:
+    """Does the text name a grade or a level (四级, B1, "3rd grade", intermediate)?"""
+    return _NAMES_LEVEL.search(text) is not None
 
 
 def asks_advice(question: str) -> bool:

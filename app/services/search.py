@@ -724,9 +724,12 @@ class UserWordsFirst:
         if kind == "place":
             return (
                 ranking.language(said) == "zh"
+                and not mine  # "我同事上次去住的是平江路的全季": a colleague's hotel
                 and ranking.names(text, "place")
                 and not ranking.names(_without_words(said, question.words), "place")
             )
+        if ranking.asks_level(question.query):
+            return ranking.names_level(text) and not ranking.names_level(said)
         if kind == "time":
             return _told_when(question, text) and not _told_when(question, said)
         if amount:
@@ -780,6 +783,7 @@ class UserWordsFirst:
                 and not _other_times(question.query, asks)
             )
             or (question.amount and ranking.asks_amount(asks))
+            or (ranking.asks_level(question.query) and ranking.asks_level(asks))
             or _asks_the_same_thing_across(question, asks)
         )
         if (

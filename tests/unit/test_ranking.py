@@ -658,6 +658,27 @@ def test_a_turn_that_tells_then_asks(text: str, tells: bool) -> None:
     assert ranking.tells_then_asks(text) is tells
 
 
+def test_a_question_for_a_grade_or_a_level_and_what_tells_one() -> None:
+    for q in (
+        "what ballet grade is my daughter testing for",
+        "what level did i place into",
+        "我女儿英语考几级？",
+    ):
+        assert ranking.asks_level(q), q
+    assert not ranking.asks_level("what's my level of stress lately")  # fmt: skip
+    for t in (
+        "四级",
+        "the placement test put me at B1",
+        "she's in 3rd grade",
+        "my french class is intermediate",
+        "女儿英语考级报了KET",
+        "钢琴六级",
+    ):
+        assert ranking.names_level(t), t
+    for t in ("there are 12 people in it", "报名费要600块，有点贵", "her class has 22 kids"):
+        assert not ranking.names_level(t), t  # fmt: skip
+
+
 def test_the_new_turn_readers_run_in_linear_time_on_hostile_text() -> None:
     """A pattern for "ends with a question" once backtracked over a run of spaces and
     punctuation after a "?" (3.5 s on 20,000 characters, a review's find); every new
@@ -819,10 +840,10 @@ def test_changes_and_statements_of_now(text: str, change: bool, current: bool) -
         ("我申请了很多大学，最后去了哪所？", False),
         ("What did I say about the code of conduct at work?", False),
         ("what was my blood pressure at the checkup?", True),
-        # a grade or a level is told as a figure (四级, "3rd grade", B1)
-        ("what ballet grade is my daughter testing for", True),
-        ("what level did i place into for spanish", True),
-        ("考几级？", True),
+        # a grade or a level is no number: "intermediate" tells one
+        ("what ballet grade is my daughter testing for", False),
+        ("what level is my french class?", False),
+        ("考几级？", False),
     ],
 )
 def test_a_question_for_a_number(query: str, asks: bool) -> None:

@@ -1246,13 +1246,21 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
         ),
         # 走路 ("walk") only ends like a road
         ("上海出差住哪个酒店", "下周去上海出差，订了陆家嘴那边的亚朵，住三晚", "不用，走路就到", 1),
-        # a grade is a number: 四级 tells it, 学芭蕾三年了 does not
+        # a grade: 四级 tells it, 学芭蕾三年了 does not; "intermediate" does, "12 people" not
         (
             "what ballet grade is my daughter testing for",
             "女儿学芭蕾三年了，下个月要考级",
             "四级",
             2,
         ),
+        (
+            "what level is my french class?",
+            "my french class is intermediate, way harder than i thought",
+            "there are 12 people in it and i'm the oldest lol",
+            1,
+        ),
+        # someone else's place is no answer to where the user stays
+        ("我苏州订的哪家酒店？", "这周末去苏州玩，订了汉庭", "我同事上次去住的是平江路的全季", 1),
         # a statement whose last clause reads like a question does not ask either
         (
             "why can't i have regular milk?",
