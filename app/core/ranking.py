@@ -154,6 +154,8 @@ _HAS_CJK = re.compile(r"[\u3400-\u9fff]")
 # A statement that names a place: a capitalised word inside a sentence (a proper noun:
 # Lisbon, Paris; also people's names, the price of needing no tagger; not days and
 # months), a place noun, a Chinese place suffix, or 在/搬到/住在 … followed by a name.
+# Words that only end like a road: 走路 "walk", 一路, 迷路, 思路 …
+_NOT_ROADS = r"(?!走路|一路|迷路|带路|上路|顺路|思路|套路|线路|网路|半路|出路|让路|赶路)"
 _NAMES_PLACE = re.compile(
     r"(?<![.!?:]\s)(?<=\s)(?!I\b|I'|OK\b|Ok\b|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b|"
     r"(?:January|February|March|April|May|June|July|August|September|October|November|"
@@ -170,9 +172,8 @@ _NAMES_PLACE = re.compile(
     r"tomorrow|bed|fear|love|touch|line|time|person|general|mind|shape|trouble|peace|denial|"
     r"case|order|front|place)\b)[a-z]{3,}|"
     r"\b[0-9a-z]+ (?:st|ave|blvd|rd)\b|"
-    # (Not the words that only end like one: 走路 "walk", 一路, 迷路, 思路 …)
-    r"(?!走路|一路|迷路|带路|上路|顺路|思路|套路|线路|网路|半路|出路|让路|赶路)"
-    r"[\u4e00-\u9fff](?:市|省|县|区|镇|村|州|国|岛|城|路|街|山|湖|河|港|站|机场|公园|"
+    + _NOT_ROADS
+    + r"[\u4e00-\u9fff](?:市|省|县|区|镇|村|州|国|岛|城|路|街|山|湖|河|港|站|机场|公园|"
     r"餐厅|饭店|酒店|学校|大学|小学|中学|高中|初中|幼儿园|学院|医院|诊所|银行|超市|商场|公司)|"
     r"(?:搬到|搬去|住在|来自|飞往|前往|去了|到了|回到|飞到|在)(?![这那哪])[\u4e00-\u9fffA-Za-z]{2}",
 )
@@ -1059,6 +1060,28 @@ def asks_level(question: str) -> bool:
 def names_level(text: str) -> bool:
     """Does the text name a grade or a level (四级, B1, "3rd grade", intermediate)?"""
     return _NAMES_LEVEL.search(text) is not None
+
+
+# A Chinese question for a place by what it is (哪个酒店, 哪家火锅, 哪所学校), not for a city
+# or a country; and a place named at that level: a street, a building, a venue.
+_ASKS_VENUE_ZH = re.compile(r"哪(?:个|家|所|间)(?!城市|国家|省|州|地方)")
+_NAMES_VENUE_ZH = re.compile(
+    _NOT_ROADS
+    + r"[\u4e00-\u9fff](?:路|街|道|巷|号楼|大厦|广场|中心|酒店|宾馆|民宿|饭店|餐厅|医院|诊所|"
+    r"学校|大学|小学|中学|幼儿园|学院|小区|商场|健身房|公园|银行|超市|公司|楼|层|店)|"
+    # what was booked or stayed at, often a brand (订了亚朵, 住的是全季)
+    r"(?:订了|订的|住在|住的是|住进了?)(?![个一这那])[\u4e00-\u9fffA-Za-z]{2}"
+)
+
+
+def asks_venue_zh(question: str) -> bool:
+    """Does the (Chinese) question ask for a place by what it is (我出差住哪个酒店)?"""
+    return _ASKS_VENUE_ZH.search(question) is not None
+
+
+def names_venue_zh(text: str) -> bool:
+    """Does the Chinese text name a place at the level of a venue (not only 杭州, a city)?"""
+    return _NAMES_VENUE_ZH.search(text) is not None
 
 
 def asks_advice(question: str) -> bool:

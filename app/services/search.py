@@ -726,7 +726,7 @@ class UserWordsFirst:
                 ranking.language(said) == "zh"
                 and not mine  # "我同事上次去住的是平江路的全季": a colleague's hotel
                 and ranking.names(text, "place")
-                and not ranking.names(_without_words(said, question.words), "place")
+                and not _names_place_asked(_without_words(said, question.words), question)
             )
         if ranking.asks_level(question.query):
             return ranking.names_level(text) and not ranking.names_level(said)
@@ -905,6 +905,14 @@ def _asks_the_same_thing_across(question: _Question, asks: str) -> bool:
         and ranking.asks_for(asks) is None
         and not ranking.asks_amount(asks)
     )
+
+
+def _names_place_asked(text: str, question: _Question) -> bool:
+    """Does the text name a place of the kind the question asks: for a venue (哪个酒店, 哪家
+    火锅) one at that level ("下周要去杭州出差" names a city, no hotel), else any place?"""
+    if ranking.asks_venue_zh(question.query) and ranking.has_cjk(text):
+        return ranking.names_venue_zh(text)
+    return ranking.names(text, "place")
 
 
 def _without_words(text: str, words: frozenset[str]) -> str:

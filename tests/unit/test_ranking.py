@@ -679,6 +679,16 @@ def test_a_question_for_a_grade_or_a_level_and_what_tells_one() -> None:
         assert not ranking.names_level(t), t  # fmt: skip
 
 
+def test_a_chinese_question_for_a_venue_and_a_place_named_at_that_level() -> None:
+    assert ranking.asks_venue_zh("我出差住哪个酒店")
+    assert ranking.asks_venue_zh("我常去哪家火锅")
+    assert not ranking.asks_venue_zh("我住在哪个城市")
+    for t in ("出差订了亚朵，明天入住", "住的是平江路的全季", "公司楼下的小龙坎", "在万达三楼"):
+        assert ranking.names_venue_zh(t), t
+    for t in ("下周要去杭州出差", "我订了个蛋糕", "不用，走路就到"):
+        assert not ranking.names_venue_zh(t), t
+
+
 def test_the_new_turn_readers_run_in_linear_time_on_hostile_text() -> None:
     """A pattern for "ends with a question" once backtracked over a run of spaces and
     punctuation after a "?" (3.5 s on 20,000 characters, a review's find); every new

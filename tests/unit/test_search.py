@@ -1259,6 +1259,19 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
             "there are 12 people in it and i'm the oldest lol",
             1,
         ),
+        # a city is no answer to which hotel; a brand booked (订了亚朵) is one
+        (
+            "我出差住哪个酒店",
+            "下周要去杭州出差，帮我看看天气呗",
+            "15号到18号，住西湖边上那个汉庭",
+            2,
+        ),
+        (
+            "我出差订的哪个酒店？",
+            "出差订了亚朵，明天入住",
+            "会议在国际会展中心三楼，早上九点开始",
+            1,
+        ),
         # someone else's place is no answer to where the user stays
         ("我苏州订的哪家酒店？", "这周末去苏州玩，订了汉庭", "我同事上次去住的是平江路的全季", 1),
         # a statement whose last clause reads like a question does not ask either
