@@ -715,7 +715,10 @@ _ASKS_AMOUNT = re.compile(
     r"code(?! of conduct)|pin)"
     r"(?=\s+(?:of|for|at|on|in|to|now|again|these|this|last|then)\b|\s*[?？.!]*\s*$)|"
     r"\bquoted? (?:me|us|him|her|them)\b|\bwhat (?:temp|temperature|dose|dosage|psi)\b|"
-    r"(?<!\bfor )(?<!\bfor my )\bblood pressure\b|血压|血糖|体温|心率|胆固醇|"
+    # A reading, not a medicine for it ("my blood pressure med", 血压药).
+    r"(?<!\bfor )(?<!\bfor my )\bblood pressure\b(?! (?:med|meds|medication|medications|"
+    r"medicine|pills?|tablets?|drugs?|cuff|monitor)\b)|"
+    r"(?:血压|血糖|体温|心率|胆固醇)(?![药计仪])|"
     r"多少|(?<![很好许])多(?:大|久|远|高|重)|(?<![哪这那前过好])几(?:个|天|次|岁|年|周|斤|块|公里|层|楼|只|口|张|晚|"
     r"杯|瓶|顿|节|遍|套|件|辆|台|本|双|位|页|米)|"
     r"价格|价钱|几片",

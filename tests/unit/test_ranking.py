@@ -850,6 +850,10 @@ def test_changes_and_statements_of_now(text: str, change: bool, current: bool) -
         ("我申请了很多大学，最后去了哪所？", False),
         ("What did I say about the code of conduct at work?", False),
         ("what was my blood pressure at the checkup?", True),
+        # a medicine for it, not a reading
+        ("can i take ibuprofen with my blood pressure med?", False),
+        ("血压药吃的哪种", False),
+        ("我上次量的血压多少", True),
         # a grade or a level is no number: "intermediate" tells one
         ("what ballet grade is my daughter testing for", False),
         ("what level is my french class?", False),
