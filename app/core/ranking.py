@@ -611,6 +611,62 @@ def about_others(a: frozenset[str], b: frozenset[str]) -> bool:
     return SELF not in a and SELF not in b and not (a & b)
 
 
+# Who a class of people is, where a pronoun can tell: "my daughter's recital is may 18,
+# she's playing fur elise" speaks of the daughter only; "my wife is taking him to the game"
+# may speak of the son.
+_FEMALE = frozenset(("mother", "sister", "daughter", "grandmother", "aunt"))
+_MALE = frozenset(("father", "brother", "son", "grandfather", "uncle"))
+_PETS = frozenset(("dog", "cat"))
+_MENTION_EN = re.compile(
+    rf"\b({'|'.join(map(re.escape, _PEOPLE_EN))})(?:s|'s|s')?\b", re.IGNORECASE
+)
+_HE = re.compile(r"\b(?:he|him|his|he's|he'll|he'd)\b|他(?!们)", re.IGNORECASE)
+_SHE = re.compile(r"\b(?:she|her|hers|she's|she'll|she'd)\b|她(?!们)", re.IGNORECASE)
+
+
+def mentioned(text: str) -> frozenset[str]:
+    """The classes of the people and pets the text speaks of, with a possessive or without
+    ("Does your son play too?", "the son"), unlike `subjects`, which reads whose news a
+    statement is."""
+    found: set[str] = set()
+    for m in _MENTION_EN.finditer(text):
+        word = m.group(1).lower()
+        found |= _SUBJECT_CLASS.get(word, frozenset())
+    if _HAS_CJK.search(text) is not None:
+        for m in _SUBJECT_ZH.finditer(text):
+            before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
+            word = m.group()
+            if (before and before in _NOT_BEFORE.get(word, "")) or (
+                after and after in _NOT_AFTER.get(word, "")
+            ):
+                continue
+            found |= _SUBJECT_CLASS[word]
+    return frozenset(found)
+
+
+def has_pronoun(text: str) -> bool:
+    """Does the text speak of a third person by a pronoun (he, her, 他, 她)?"""
+    return _HE.search(text) is not None or _SHE.search(text) is not None
+
+
+def speaks_of_others(asked: frozenset[str], text: str) -> bool | None:
+    """Does the text speak only of people other than `asked` (True: "my sister's a nurse
+    at mass general" for a question about the brother), or may it speak of them (False:
+    it names them, or a pronoun that none it names can be: "my wife is taking him")? None
+    when it names no one: who it is about is in the turns before it."""
+    named = mentioned(text)
+    if not named:
+        return None
+    if named & asked:
+        return False
+    if named & _PETS:  # "tons, she ignores them": a pet is a he or a she too
+        return True
+    for pronoun, gender in ((_HE, _MALE), (_SHE, _FEMALE)):
+        if pronoun.search(text) is not None and not named & gender:
+            return False
+    return True
+
+
 # A statement that adds to what was said, not replaces it: "turns out i'm also allergic to
 # shellfish", "doc says i'm a bit gluten sensitive too", 又报了个普拉提, 我对猫毛也过敏.
 _ADDS = re.compile(

@@ -496,7 +496,9 @@ class MinRelevance:
             for c in candidates
             if c.semantic >= spec.min_relevance or c.hit.payload.kind == "summary"
         ]
-        return [] if _never_told(spec, kept) else kept
+        if _never_told(spec, kept) or _told_of_others(spec, kept, candidates):
+            return []
+        return kept
 
 
 def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
@@ -526,6 +528,50 @@ def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
     return not any(
         may_tell_of(c.hit.payload.content, c.hit.payload.role, time, amount) for c in results
     )
+
+
+def _told_of_others(spec: SearchSpec, results: list[Candidate], pool: list[Candidate]) -> bool:
+    """Does the question ask about someone of the user's (my son, 我家猫, dad) whom none
+    of the memories above the floor speaks of, each speaking of someone else? "when is my
+    son's recital?" over "my daughter's piano recital is may 18" and its thread ("terrified
+    lol. practicing every night"), 我爸吃的是什么药 over 我妈's pills: what it asks was never
+    said, however close the topic (relevance 0.93). A memory that names no one is about
+    whom its thread's last turn that names someone is about (`_thread_speaks_of_others`);
+    one whose thread is not in the pool, or that is the user's own news ("got a dentist
+    appt on the 9th"), may be about them, and keeps every result. Not for advice ("what
+    should I get my dad?": what was said of mom may help), and with a floor only."""
+    asked = ranking.subjects(spec.query) - {ranking.SELF}
+    if not asked or not results or ranking.asks_advice(spec.query):
+        return False
+    if any(c.hit.payload.kind == "summary" for c in results):
+        return False
+    by_place = {at: c for c in pool if (at := _place(c.hit.payload)) is not None}
+    return all(_thread_speaks_of_others(asked, c, by_place) for c in results)
+
+
+def _thread_speaks_of_others(
+    asked: frozenset[str], c: Candidate, by_place: dict[tuple[str, int], Candidate]
+) -> bool:
+    """`ranking.speaks_of_others` of the memory, or, when it names no one, of the nearest
+    turn before it in its session that does (up to four back, all in the pool), with the
+    pronouns of the turns between ("好的 我给她买了个血压计" after 我妈血压有点高: mom's;
+    "i booked it for him" after "my daughter's recital…": maybe not hers)."""
+    payload = c.hit.payload
+    at = _place(payload)
+    between: list[str] = []
+    for back in range(5):
+        if back:
+            prior = by_place.get((at[0], at[1] - back)) if at is not None else None
+            if prior is None:
+                return False
+            payload = prior.hit.payload
+        text = MemoryPayload.text_of(payload.content, payload.role)
+        if ranking.mentioned(text):
+            return bool(ranking.speaks_of_others(asked, " ".join([text, *between])))
+        if ranking.subjects(text) == frozenset((ranking.SELF,)) and not ranking.has_pronoun(text):
+            return False  # the user's own news ("i need to book a dentist appt"): may be theirs
+        between.append(text)
+    return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1036,3 +1036,21 @@ def test_the_user_named_by_their_id_is_put_in_the_first_person(
     query: str, user_id: str, searched: str
 ) -> None:
     assert ranking.in_first_person(query, user_id) == searched
+
+
+@pytest.mark.parametrize(
+    ("text", "asked", "verdict"),
+    [
+        ("my sister's a nurse at mass general, she does night shifts", "brother", True),
+        ("我家土豆（猫）下周六打第三针疫苗", "dog", True),
+        ("found a dog walker, bianca, weekdays at noon", "cat", True),
+        ("Does your son play too?", "son", False),
+        ("my son and daughter both play", "son", False),
+        ("my wife is taking him to the game", "son", False),  # him: maybe the son
+        ("my daughter's recital, she's playing fur elise", "son", True),
+        ("terrified lol, practicing every night", "son", None),
+        ("好的 我给她买了个血压计", "father", None),
+    ],
+)
+def test_speaks_of_others(text: str, asked: str, verdict: bool | None) -> None:
+    assert ranking.speaks_of_others(frozenset((asked,)), text) is verdict

@@ -1815,3 +1815,62 @@ def test_a_question_for_a_number_ranks_a_memory_that_names_none_lower() -> None:
     assert [c.hit.id.int for c in out] == [2, 1]
     asked_nothing = score(spec(query="Tell me about my dog"), pool)
     assert [c.hit.id.int for c in asked_nothing] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("query", "thread", "kept"),
+    [
+        # Every turn speaks of someone else, by name or through its thread.
+        (
+            "when is my son's recital?",
+            ["my daughter's piano recital is may 18", "Is she nervous?", "terrified lol"],
+            False,
+        ),
+        (
+            "我爸吃的是什么药",
+            ["我妈血压有点高，医生让她吃氨氯地平", "好的 我给她买了个血压计"],
+            False,
+        ),
+        (
+            "what's my cat called",
+            ["my dog luna keeps chewing the couch", "tons, she ignores them"],
+            False,
+        ),
+        # They are named, also by the assistant, or may be by a pronoun.
+        (
+            "when is my son's game?",
+            ["my daughter plays too", "Does your son play?", "yeah saturday"],
+            True,
+        ),
+        ("when is my son's game?", ["my wife is taking him saturday"], True),
+        # The user's own news, a thread that is not in the pool, someone without a class.
+        ("who's my husband's dentist", ["i need to book a dentist appt"], True),
+        ("when is my son's game?", ["leo's game is saturday at 10"], True),
+        # Advice may use what was said of someone else.
+        ("what should i get my dad for his birthday?", ["mom loved the cashmere scarf"], True),
+    ],
+)
+async def test_a_question_about_someone_no_memory_speaks_of_gets_none(
+    query: str, thread: list[str], kept: bool
+) -> None:
+    """`_told_of_others`: "when is my son's recital?" over the daughter's recital (0.93)
+    was never answered; a memory that names no one speaks of whom its thread does."""
+    roles = ["user", "assistant"]
+    hits = [
+        _thread_turn(n, text, n, [1.0, 0.0, 0.0], role=roles[(n - 1) % 2])
+        for n, text in enumerate(thread, 1)
+    ]
+    out = _ranked(*hits, semantic=[0.9] * len(hits))
+    got = await MinRelevance()(spec(query=query, min_relevance=0.1), out)
+    assert bool(got) is kept
+    assert len(await MinRelevance()(spec(query=query, min_relevance=0.0), out)) == len(hits)
+
+
+async def test_a_thread_not_in_the_pool_keeps_its_turn() -> None:
+    """A turn that names no one, whose turn before is not among the candidates, may speak
+    of the one asked about: the results stay."""
+    said = _thread_turn(1, "my daughter's recital is may 18", 1, [1.0, 0.0, 0.0])
+    later = _thread_turn(2, "his is the week after", 3, [1.0, 0.0, 0.0])
+    out = _ranked(said, later, semantic=[0.9, 0.9])
+    got = await MinRelevance()(spec(query="when is my son's recital?", min_relevance=0.1), out)
+    assert len(got) == 2
