@@ -644,6 +644,39 @@ def mentioned(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+# Someone no class holds, who may be the one asked about: "now the little guy has a fever
+# too", "my eldest has strep", "the kids are both in the recital, my daughter on violin",
+# "the big brother is so excited" (a son, of the baby to come), 老二也开始咳嗽了, 孩子他爸
+# (the husband), 带娃. A review's probes (issue 40).
+_UNCLASSED = re.compile(
+    r"\b(?:bab(?:y|ies)|kids?|kiddos?|child|children|eldest|oldest|youngest|toddlers?|twins?|"
+    r"boys|girls|teens?|teenagers?|newborn|grandkids?|grandchild(?:ren)?|grandsons?|"
+    r"granddaughters?|step(?:son|daughter|mom|dad|kids?)|in-laws?|(?:mother|father|brother|"
+    r"sister|son|daughter)s?-in-law|nephews?|nieces?|little (?:one|ones|guy|man|girl|boy)|"
+    r"(?:other|middle|younger|older) one|"
+    r"(?:the|a) (?:big|little|older|younger|baby) (?:brother|sister|bro|sis))\b|"
+    r"孩子|娃|宝宝|宝贝|小宝|大宝|二宝|老大|老二|老三|老幺|小朋友|小家伙|双胞胎|侄子|侄女|"
+    r"外甥|孙子|孙女|外孙|继子|继女|公公|婆婆|岳父|岳母|丈母娘|老丈人|嫂子|姐夫|妹夫|弟媳|"
+    r"另一个",
+    re.IGNORECASE,
+)
+
+
+def names_unclassed(text: str) -> bool:
+    """Does the text speak of someone no class holds (a baby, the kids, my eldest, 老二, 孩子)?
+    Who that is cannot be told from the words."""
+    return _UNCLASSED.search(text) is not None
+
+
+_SOMEONE_ELSE_TOO = re.compile(r"\b(?:also|too|as well|either)\b|也|又", re.IGNORECASE)
+
+
+def someone_else_too(text: str) -> bool:
+    """Does the text say that it holds for someone else as well ("and now leo has it too
+    ugh", 老二也开始咳嗽了)? Looser than `adds_to`: "too" before a word counts."""
+    return _SOMEONE_ELSE_TOO.search(text) is not None
+
+
 def has_pronoun(text: str) -> bool:
     """Does the text speak of a third person by a pronoun (he, her, 他, 她)?"""
     return _HE.search(text) is not None or _SHE.search(text) is not None

@@ -566,8 +566,12 @@ def _thread_speaks_of_others(
                 return False
             payload = prior.hit.payload
         text = MemoryPayload.text_of(payload.content, payload.role)
+        if ranking.names_unclassed(text):
+            return False  # "and now the little guy has a fever too": maybe the son
         if ranking.mentioned(text):
             return bool(ranking.speaks_of_others(asked, " ".join([text, *between])))
+        if ranking.someone_else_too(text):
+            return False  # "and now leo has it too ugh": someone new, whom no class holds
         if ranking.subjects(text) == frozenset((ranking.SELF,)) and not ranking.has_pronoun(text):
             return False  # the user's own news ("i need to book a dentist appt"): may be theirs
         between.append(text)

@@ -1846,6 +1846,32 @@ def test_a_question_for_a_number_ranks_a_memory_that_names_none_lower() -> None:
         # The user's own news, a thread that is not in the pool, someone without a class.
         ("who's my husband's dentist", ["i need to book a dentist appt"], True),
         ("when is my son's game?", ["leo's game is saturday at 10"], True),
+        # Someone no class holds, or someone new ("too"), may be the one asked about.
+        (
+            "does my son have a fever?",
+            [
+                "my daughter has been sick all week",
+                "Hope she feels better.",
+                "and now the little guy has a fever too",
+            ],
+            True,
+        ),
+        (
+            "is my son sick?",
+            ["my daughter's been sick all week", "Poor thing!", "and now leo has it too ugh"],
+            True,
+        ),
+        (
+            "when is my son's recital?",
+            ["the kids are both in the recital on may 18, my daughter on violin"],
+            True,
+        ),
+        (
+            "我女儿什么时候打疫苗",
+            ["我老公出差了", "那这周你一个人带娃？", "对啊 朵朵周三还要打疫苗"],
+            True,
+        ),
+        ("我老公今天几点下班", ["孩子他爸今天又加班到十点"], True),
         # Advice may use what was said of someone else.
         ("what should i get my dad for his birthday?", ["mom loved the cashmere scarf"], True),
     ],
