@@ -657,7 +657,19 @@ _UNCLASSED = re.compile(
     r"(?:the|a) (?:big|little|older|younger|baby) (?:brother|sister|bro|sis))\b|"
     r"孩子|娃|宝宝|宝贝|小宝|大宝|二宝|老大|老二|老三|老幺|小朋友|小家伙|双胞胎|侄子|侄女|"
     r"外甥|孙子|孙女|外孙|继子|继女|公公|婆婆|岳父|岳母|丈母娘|老丈人|嫂子|姐夫|妹夫|弟媳|"
-    r"另一个",
+    r"另一个|"
+    # Someone described, not named by a relation: "the guy next door", "the lady downstairs".
+    r"\b(?:guy|guys|lady|ladies|woman|women|man|men|dude|gal|someone|somebody|person|people)\b",
+    re.IGNORECASE,
+)
+_CLASS_EN = "|".join(map(re.escape, _PEOPLE_EN))
+_CLASS_ZH = "|".join(map(re.escape, _PEOPLE_ZH))
+# Someone through another's relation: "my mom's sister" (an aunt), "my brother's wife", "her
+# little brother" (a son, told by his sister), 她弟弟, 我妈的妹妹: the class says whose
+# relation, not who.
+_RELATION_OF = re.compile(
+    rf"\b(?:his|her|their|(?:{_CLASS_EN})(?:'s|s'|’s))\s+(?:[a-z'-]+\s+){{0,2}}?(?:{_CLASS_EN})s?\b|"
+    rf"[他她](?:的)?(?:{_CLASS_ZH})|(?:{_CLASS_ZH})的(?:{_CLASS_ZH})",
     re.IGNORECASE,
 )
 
@@ -665,7 +677,7 @@ _UNCLASSED = re.compile(
 def names_unclassed(text: str) -> bool:
     """Does the text speak of someone no class holds (a baby, the kids, my eldest, 老二, 孩子)?
     Who that is cannot be told from the words."""
-    return _UNCLASSED.search(text) is not None
+    return _UNCLASSED.search(text) is not None or _RELATION_OF.search(text) is not None
 
 
 _SOMEONE_ELSE_TOO = re.compile(r"\b(?:also|too|as well|either)\b|也|又", re.IGNORECASE)
@@ -680,6 +692,20 @@ def someone_else_too(text: str) -> bool:
 def has_pronoun(text: str) -> bool:
     """Does the text speak of a third person by a pronoun (he, her, 他, 她)?"""
     return _HE.search(text) is not None or _SHE.search(text) is not None
+
+
+# Words of a class that name no one: "that dad joke", "mother tongue".
+_NOT_SOMEONE = re.compile(
+    r"\bdad (?:jokes?|bod|vibes|hat|shoes)\b|\bmother (?:tongue|nature|board|ship|land)\b|"
+    r"\b(?:baby|bridal) shower\b|\bpet peeves?\b",
+    re.IGNORECASE,
+)
+
+
+def asked_about(question: str) -> frozenset[str]:
+    """The classes of the people and pets a question asks about, besides the user
+    (`subjects`, without the words of a class that name no one: "what was that dad joke?")."""
+    return subjects(_NOT_SOMEONE.sub(" ", question)) - {SELF}
 
 
 def speaks_of_others(asked: frozenset[str], text: str) -> bool | None:

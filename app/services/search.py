@@ -540,7 +540,7 @@ def _told_of_others(spec: SearchSpec, results: list[Candidate], pool: list[Candi
     one whose thread is not in the pool, or that is the user's own news ("got a dentist
     appt on the 9th"), may be about them, and keeps every result. Not for advice ("what
     should I get my dad?": what was said of mom may help), and with a floor only."""
-    asked = ranking.subjects(spec.query) - {ranking.SELF}
+    asked = ranking.asked_about(spec.query)
     if not asked or not results or ranking.asks_advice(spec.query):
         return False
     if any(c.hit.payload.kind == "summary" for c in results):

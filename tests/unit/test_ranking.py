@@ -1054,3 +1054,26 @@ def test_the_user_named_by_their_id_is_put_in_the_first_person(
 )
 def test_speaks_of_others(text: str, asked: str, verdict: bool | None) -> None:
     assert ranking.speaks_of_others(frozenset((asked,)), text) is verdict
+
+
+@pytest.mark.parametrize(
+    ("text", "unclassed"),
+    [
+        ("and now the little guy has a fever too", True),
+        ("my eldest has strep now ugh", True),
+        ("the guy next door is gonna feed the cat", True),
+        ("my mom's sister is coming to stay", True),
+        ("女儿说她弟弟在学校跟人打架了", True),
+        ("孩子他爸今天又加班到十点", True),
+        ("my daughter's piano recital is may 18, she's playing", False),
+        ("mom keeps forgetting her blood pressure pills", False),
+        ("我爸妈下周来", False),
+    ],
+)
+def test_names_unclassed(text: str, unclassed: bool) -> None:
+    assert ranking.names_unclassed(text) is unclassed
+
+
+def test_asked_about_leaves_out_words_of_a_class_that_name_no_one() -> None:
+    assert ranking.asked_about("what was that dad joke i liked?") == frozenset()
+    assert ranking.asked_about("when is my dad's birthday?") == frozenset(("father",))

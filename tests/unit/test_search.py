@@ -1872,6 +1872,29 @@ def test_a_question_for_a_number_ranks_a_memory_that_names_none_lower() -> None:
             True,
         ),
         ("我老公今天几点下班", ["孩子他爸今天又加班到十点"], True),
+        # Someone described, or through another's relation, may be the one asked about.
+        (
+            "when is my neighbor moving out?",
+            ["my mom's knee is acting up", "the guy upstairs is moving out on the 30th"],
+            True,
+        ),
+        (
+            "how long is my aunt staying?",
+            ["my mom's sister is coming for christmas", "Nice! How long?", "a week"],
+            True,
+        ),
+        (
+            "how old is my son?",
+            [
+                "my daughter is mad, her little brother keeps taking her ipad",
+                "How old is he?",
+                "6, she's 10",
+            ],
+            True,
+        ),
+        ("我儿子在学校怎么了", ["女儿说她弟弟在学校跟人打架了"], True),
+        # A class word that names no one.
+        ("what was that dad joke i liked?", ["my coworker told the best pun today"], True),
         # Advice may use what was said of someone else.
         ("what should i get my dad for his birthday?", ["mom loved the cashmere scarf"], True),
     ],
