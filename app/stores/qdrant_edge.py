@@ -30,10 +30,10 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, overload
 
 import numpy as np
 import orjson
@@ -430,7 +430,7 @@ class QdrantEdgeIndex:
             list[list[Any]],
             dict[uuid.UUID, _Stored],
             _Cosines,
-            dict[uuid.UUID, dict[uuid.UUID, float]],
+            dict[uuid.UUID, Mapping[uuid.UUID, float]],
         ]:
             batch = list(requests)
             if query.sparse.indices:
@@ -457,8 +457,10 @@ class QdrantEdgeIndex:
             ids = list(dict.fromkeys(_as_uuid(p.id) for points in lists for p in points))
             dense = {_as_uuid(p.id): p.score for p in lists[0]}
             stored = self._stored(ids)
-            cosines = self._cosines(query.dense, ids, dense) if query.with_cosines else {}
-            similar = {}
+            # The candidates' turn rows, read once for the cosines and the comparisons.
+            turns = self._turns.read(ids) if ids and query.with_cosines else None
+            cosines = self._cosines(query.dense, ids, dense, turns) if query.with_cosines else {}
+            similar: dict[uuid.UUID, Mapping[uuid.UUID, float]] = {}
             if query.compare_turns is not None:
                 compare = query.compare_turns
                 asked = {
@@ -466,7 +468,7 @@ class QdrantEdgeIndex:
                     for pid in ids
                     if pid in stored and (cosine := compare(stored[pid][0])) is not None
                 }
-                similar = self._similar_turns(asked, ids)
+                similar = self._similar_turns(asked, ids, turns)
             return lists, stored, cosines, similar
 
         lists, stored, cosines, similar = await self._search(search)
@@ -488,7 +490,11 @@ class QdrantEdgeIndex:
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
     def _cosines(
-        self, query: list[float], ids: list[uuid.UUID], dense: dict[uuid.UUID, float]
+        self,
+        query: list[float],
+        ids: list[uuid.UUID],
+        dense: dict[uuid.UUID, float],
+        turns: _Rows | None = None,
     ) -> _Cosines:
         """The query's cosine with each point's `dense` and `turn` vectors (under `_lock`):
         `dense` by one search over the ids the dense list did not score, in the shard;
@@ -515,7 +521,7 @@ class QdrantEdgeIndex:
                 )
             )
             dense.update((_as_uuid(p.id), p.score) for p in found)
-        turn = _turn_cosines(query, *self._turns.read(ids))
+        turn = _turn_cosines(query, *(turns or self._turns.read(ids)))
         out = {pid: (dense[pid], turn[pid]) for pid in ids if pid in dense and pid in turn}
         if len(out) < len(ids):
             out.update(self._cosines_read_back(query, [pid for pid in ids if pid not in out]))
@@ -565,39 +571,49 @@ class QdrantEdgeIndex:
         return out
 
     def _similar_turns(
-        self, asked: dict[uuid.UUID, float], ids: list[uuid.UUID]
-    ) -> dict[uuid.UUID, dict[uuid.UUID, float]]:
+        self, asked: dict[uuid.UUID, float], ids: list[uuid.UUID], turns: _Rows | None = None
+    ) -> dict[uuid.UUID, Mapping[uuid.UUID, float]]:
         """For each point in `asked`, the other points of `ids` whose turn vector has a
         cosine with its own of at least the one `asked` gives it, with that cosine (under
-        `_lock`), from the points' rows (`TurnRows`). Recall asks this of the few hits that state a
-        change and of the conversation's turns a rewrite read."""
+        `_lock`), from the points' rows (`TurnRows`; `turns`, when read already). Recall asks
+        this of the few hits that state a change and of the conversation's turns a rewrite
+        read."""
         if not asked or len(ids) < 2:
             return {}
-        rows = self._turns.get(ids)
-        missing = [pid for pid in ids if pid not in rows]
-        if missing:  # no row (`TurnRows`): the shard's own vectors
-            for r in self._shard.retrieve(missing, with_payload=False, with_vector=["turn"]):
-                vector = r.vector.get("turn") if isinstance(r.vector, dict) else None
-                if vector:
-                    rows[_as_uuid(r.id)] = np.asarray(vector, np.float32).astype(np.float16)
-        present = [pid for pid in asked if pid in rows]
+        others, vectors = turns or self._turns.read(ids)
+        if len(others) < len(ids):  # no row (`TurnRows`): the shard's own vectors
+            others, vectors = self._with_shard_turns(ids, others, vectors)
+        column = {pid: m for m, pid in enumerate(others)}
+        present = [pid for pid in asked if pid in column]
         if not present:
             return {}
-        others = [pid for pid in ids if pid in rows]
-        matrix = _unit_rows([rows[pid] for pid in others])
-        cosines = _unit_rows([rows[pid] for pid in present]) @ matrix.T
+        matrix = _unit_rows(vectors)
+        at = [column[pid] for pid in present]
+        cosines = matrix[at] @ matrix.T
         # Thresholded in numpy: a question about now asks this of most hits (~50 × 100),
-        # where a Python test per pair took ~1 ms.
+        # where a Python test per pair took ~1 ms; and read when asked (`_Similar`): a map
+        # of every pair over its floor was ~15% of a recall's CPU, profiled.
         floors = np.array([asked[pid] for pid in present], dtype=cosines.dtype)
-        found: dict[uuid.UUID, dict[uuid.UUID, float]] = {pid: {} for pid in present}
-        rows_at, cols_at = np.nonzero(cosines >= floors[:, None])
-        for n, m, cosine in zip(
-            rows_at.tolist(), cols_at.tolist(), cosines[rows_at, cols_at].tolist(), strict=True
-        ):
-            pid, other = present[n], others[m]
-            if other != pid:
-                found[pid][other] = cosine
-        return found
+        over = cosines >= floors[:, None]
+        return {
+            pid: _Similar(others, column, cosines, over, n, own)
+            for n, (pid, own) in enumerate(zip(present, at, strict=True))
+        }
+
+    def _with_shard_turns(
+        self, ids: list[uuid.UUID], found: list[uuid.UUID], vectors: Any
+    ) -> _Rows:
+        """The rows of `ids` (in their order) with the shard's own `turn` vectors for the
+        points without one (under `_lock`)."""
+        rows = dict(zip(found, vectors, strict=True))
+        missing = [pid for pid in ids if pid not in rows]
+        for r in self._shard.retrieve(missing, with_payload=False, with_vector=["turn"]):
+            vector = r.vector.get("turn") if isinstance(r.vector, dict) else None
+            if vector:
+                rows[_as_uuid(r.id)] = np.asarray(vector, np.float32).astype(np.float16)
+        others = [pid for pid in ids if pid in rows]
+        matrix = np.asarray([rows[pid] for pid in others], dtype=np.float16)
+        return others, matrix.reshape(len(others), self.dim)
 
     def _terms_of(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[UserKey, list[int]]]:
         """The owner and sparse terms of the points among `ids` the shard holds (under
@@ -1081,6 +1097,8 @@ RELEASE_AFTER_POINTS = 4096
 # by hand) fills the payload cache with them; a larger one (an import's slice) does not.
 WRITE_THROUGH_POINTS = 64
 _Cosines = dict[uuid.UUID, tuple[float, float]]  # the query's, with `dense` and `turn`
+# The points among some ids that have a turn row (in their order), and the rows (`TurnRows.read`).
+_Rows = tuple[list[uuid.UUID], Any]
 # What one cached point holds: ~3.1 kB (tracemalloc over 10k points of a user seeded by
 # bench/seed.py: the `MemoryPayload` with its text and sources, and its terms).
 _CACHED_BYTES = 3072
@@ -1201,11 +1219,60 @@ def _never(points: int, unbuilt: int) -> bool:
     return False
 
 
-def _unit_rows(vectors: Sequence[Any]) -> Any:
-    """float16 vectors as float64 rows of unit length (a zero vector stays zero)."""
+def _unit_rows(vectors: Any) -> Any:
+    """float16 vectors (a matrix's rows) as float64 rows of unit length (a zero vector
+    stays zero)."""
     m = np.asarray(vectors, dtype=np.float64).reshape(len(vectors), -1)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     return m / np.where(norms > 0, norms, 1.0)
+
+
+class _Similar(Mapping[uuid.UUID, float]):
+    """One point's `VectorHit.similar`: the other points whose turn cosine with its own is
+    over its floor, read from the search's matrix of them when asked (`_similar_turns`)."""
+
+    __slots__ = ("_column", "_cosines", "_ids", "_over", "_own", "_row")
+
+    def __init__(
+        self,
+        ids: list[uuid.UUID],
+        column: dict[uuid.UUID, int],
+        cosines: Any,
+        over: Any,
+        row: int,
+        own: int,
+    ) -> None:
+        self._ids, self._column = ids, column  # the compared points, and each one's column
+        self._cosines, self._over = cosines, over  # (asked points × `ids`): the cosine, ≥ floor
+        self._row, self._own = row, own  # this point's row, and its own column
+
+    def _at(self, key: uuid.UUID) -> int | None:
+        m = self._column.get(key)
+        if m is None or m == self._own or not self._over.item(self._row, m):
+            return None
+        return m
+
+    def __getitem__(self, key: uuid.UUID) -> float:
+        m = self._at(key)
+        if m is None:
+            raise KeyError(key)
+        return cast(float, self._cosines.item(self._row, m))
+
+    @overload
+    def get(self, key: uuid.UUID, /) -> float | None: ...
+    @overload
+    def get(self, key: uuid.UUID, default: float | T, /) -> float | T: ...
+    def get(self, key: uuid.UUID, default: Any = None, /) -> Any:
+        """`self[key]`, or `default`: without raising, as recall's stages ask it pair by pair."""
+        m = self._at(key)
+        return default if m is None else self._cosines.item(self._row, m)
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        over = self._over[self._row].tolist()
+        return (pid for m, pid in enumerate(self._ids) if over[m] and m != self._own)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _turn_cosines(query: list[float], ids: list[uuid.UUID], vectors: Any) -> dict[uuid.UUID, float]:

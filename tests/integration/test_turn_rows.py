@@ -113,6 +113,28 @@ async def test_similar_turns_are_the_stored_vectors_above_the_threshold(tmp_path
     await index.close()
 
 
+async def test_points_without_a_row_are_compared_on_the_shards_vectors(tmp_path: Path) -> None:
+    written = points(60, seed=15)
+    for p in written[1:4]:
+        p.turn = [x + 0.01 for x in written[0].turn_vector]
+    index = QdrantEdgeIndex(tmp_path, "c", DIM)
+    await index.ensure_collection()
+    await index.upsert(written)
+    ids = [p.id for p in written[:30]]
+    asked = {written[0].id: 0.5, written[2].id: 0.5}
+    with index._lock:
+        whole = index._similar_turns(asked, ids)
+        index._turns.drop([written[0].id, written[3].id])  # as after a crash between writes
+        mended = index._similar_turns(asked, ids)
+        index._turns.drop(ids)
+        none = index._similar_turns(asked, ids)
+    as_dicts = [{pid: dict(m) for pid, m in found.items()} for found in (whole, mended, none)]
+    assert as_dicts[0] == as_dicts[1] == as_dicts[2]
+    assert {written[1].id, written[2].id, written[3].id} <= set(whole[written[0].id])
+    assert written[0].id not in whole[written[0].id]  # never itself
+    await index.close()
+
+
 async def test_writes_deletes_and_an_erasure_keep_the_rows_file_to_the_shard(
     tmp_path: Path,
 ) -> None:
