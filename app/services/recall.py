@@ -44,7 +44,7 @@ from app.services.search import (
     holds,
     no_rewrite,
     run_stages,
-    to_result,
+    to_results,
 )
 from app.stores import memories as memory_store
 from app.stores import sessions as session_store
@@ -129,7 +129,7 @@ class RecallService:
         ranked = await run_stages(spec, candidates, self.stages)
         floor = max(spec.min_relevance, self.config.reinforce_min_relevance)
         return Found(
-            [to_result(c) for c in ranked],
+            to_results(ranked),
             spec.query if rewritten is not None or spec.query != asked else None,
             rewritten.usage if rewritten is not None else None,
             used=frozenset(

@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache, partial
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
+from pydantic import TypeAdapter
 
 from app.core import ranking, relevance, scoring, terms
 from app.core.memo import text_memo
 from app.core.rewrite import Rewrite, Turn
-from app.schemas.common import Source
-from app.schemas.recall import RecallResult, Scores
+from app.schemas.recall import RecallResult
 from app.stores.vectors import CandidateLists, MemoryPayload, VectorHit
 
 if TYPE_CHECKING:
@@ -1527,23 +1527,36 @@ def _unit(v: Sequence[float] | NDArray[np.float32]) -> NDArray[np.float32] | Non
 
 
 def to_result(candidate: Candidate) -> RecallResult:
-    """Only the answers become response objects; the rest of the pool is just numbers."""
-    c = candidate
+    """`to_results` of one candidate."""
+    return RecallResult.model_validate(_result_fields(candidate))
+
+
+def to_results(candidates: Sequence[Candidate]) -> list[RecallResult]:
+    """Only the answers become response objects; the rest of the pool is just numbers. All
+    in one validation from plain fields: building each result, its scores and its sources
+    as models one by one took ~40% longer (50 results)."""
+    return _RESULTS.validate_python([_result_fields(c) for c in candidates])
+
+
+_RESULTS = TypeAdapter(list[RecallResult])
+
+
+def _result_fields(c: Candidate) -> dict[str, Any]:
     p = c.hit.payload
-    return RecallResult(
-        id=c.hit.id,
-        kind=p.kind,
-        memory_type=p.memory_type,
-        content=p.content,
-        score=round(c.score, 6),
-        scores=Scores(
-            semantic=round(c.semantic, 6),
-            recency=round(c.recency, 6),
-            importance=round(c.importance, 6),
-        ),
-        created_at=p.created_at,
-        last_accessed_at=p.last_accessed_at,
-        access_count=p.access_count,
-        sources=[Source.model_validate(x) for x in p.sources],
-        metadata=p.metadata,
-    )
+    return {
+        "id": c.hit.id,
+        "kind": p.kind,
+        "memory_type": p.memory_type,
+        "content": p.content,
+        "score": round(c.score, 6),
+        "scores": {
+            "semantic": round(c.semantic, 6),
+            "recency": round(c.recency, 6),
+            "importance": round(c.importance, 6),
+        },
+        "created_at": p.created_at,
+        "last_accessed_at": p.last_accessed_at,
+        "access_count": p.access_count,
+        "sources": p.sources,
+        "metadata": p.metadata,
+    }
