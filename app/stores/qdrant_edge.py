@@ -426,12 +426,7 @@ class QdrantEdgeIndex:
             )
         ]
 
-        def search() -> tuple[
-            list[list[Any]],
-            dict[uuid.UUID, _Stored],
-            _Cosines,
-            dict[uuid.UUID, Mapping[uuid.UUID, float]],
-        ]:
+        def search() -> tuple[list[list[Any]], dict[int, _Found]]:
             batch = list(requests)
             if query.sparse.indices:
                 # IDF over this user's memories, not the whole shard (+0.01 R@10), from
@@ -454,59 +449,66 @@ class QdrantEdgeIndex:
                     )
             # One planned batch: both lists share a pass over the segments.
             lists = self._shard.query_batch(qe.QueryBatchRequest(batch))
-            ids = list(dict.fromkeys(_as_uuid(p.id) for points in lists for p in points))
-            dense = {_as_uuid(p.id): p.score for p in lists[0]}
-            stored = self._stored(ids)
-            # The candidates' turn rows, read once for the cosines and the comparisons.
-            turns = self._turns.read(ids) if ids and query.with_cosines else None
-            cosines = self._cosines(query.dense, ids, dense, turns) if query.with_cosines else {}
-            similar: dict[uuid.UUID, Mapping[uuid.UUID, float]] = {}
-            if query.compare_turns is not None:
-                compare = query.compare_turns
-                asked = {
-                    pid: cosine
-                    for pid in ids
-                    if pid in stored and (cosine := compare(stored[pid][0])) is not None
-                }
-                similar = self._similar_turns(asked, ids, turns)
-            return lists, stored, cosines, similar
+            return lists, self._found(query, lists)
 
-        lists, stored, cosines, similar = await self._search(search)
+        lists, found = await self._search(search)
         hits: list[list[VectorHit]] = []
         for points in lists:
-            found = []
+            listed = []
             for p in points:
                 pid = _as_uuid(p.id)
-                known = stored.get(pid)
+                known = found.get(pid.int)
                 if known is not None:  # gone between the search and the read: skipped
-                    payload, terms = known
+                    (payload, terms), cosines, similar = known
                     vectors = StoredVectors(dense=(), turn=(), sparse_ids=terms)
-                    found.append(
-                        VectorHit(
-                            pid, p.score, payload, vectors, cosines.get(pid), similar.get(pid)
-                        )
-                    )
-            hits.append(found)
+                    listed.append(VectorHit(pid, p.score, payload, vectors, cosines, similar))
+            hits.append(listed)
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
-    def _cosines(
-        self,
-        query: list[float],
-        ids: list[uuid.UUID],
-        dense: dict[uuid.UUID, float],
-        turns: _Rows | None = None,
-    ) -> _Cosines:
-        """The query's cosine with each point's `dense` and `turn` vectors (under `_lock`):
-        `dense` by one search over the ids the dense list did not score, in the shard;
-        `turn` from the points' rows (`TurnRows`), computed here. A point neither scored
-        (none was seen to be left out; this keeps such a point from scoring as cosine 0)
-        has its vectors read back from the shard and compared here."""
-        import qdrant_edge as qe
-
+    def _found(self, query: VectorQuery, lists: list[list[Any]]) -> dict[int, _Found]:
+        """What each point of `lists` carries (under `_lock`): its payload and terms (a point
+        gone since the search has none), and when asked the query's cosines with its
+        vectors and its similar turns. By the id's `int`, and in lists in the order of the
+        ids: a `uuid.UUID` hashes in Python, and ~1,500 of them a recall (by the dicts of
+        each step) were ~5% of its CPU, profiled."""
+        first: dict[int, uuid.UUID] = {}
+        for points in lists:
+            for p in points:
+                pid = _as_uuid(p.id)
+                first.setdefault(pid.int, pid)
+        ids = list(first.values())
         if not ids:
             return {}
-        unscored = [pid for pid in ids if pid not in dense]
-        dense = dict(dense)
+        stored = self._stored_at(ids)
+        # The candidates' turn rows, read once for the cosines and the comparisons.
+        turns = self._turns.read_at(ids) if query.with_cosines else None
+        cosines: list[tuple[float, float] | None] = [None] * len(ids)
+        if turns is not None:
+            dense = {_as_uuid(p.id).int: p.score for p in lists[0]}
+            cosines = self._cosines(query.dense, ids, dense, turns)
+        similar: list[Mapping[uuid.UUID, float] | None] = [None] * len(ids)
+        if query.compare_turns is not None:
+            compare = query.compare_turns
+            asked = [None if known is None else compare(known[0]) for known in stored]
+            similar = self._similar_at(asked, ids, turns)
+        return {
+            pid.int: (known, cosines[i], similar[i])
+            for i, (pid, known) in enumerate(zip(ids, stored, strict=True))
+            if known is not None
+        }
+
+    def _cosines(
+        self, query: list[float], ids: list[uuid.UUID], dense: dict[int, float], turns: _Rows
+    ) -> list[tuple[float, float] | None]:
+        """The query's cosine with each point's `dense` and `turn` vectors, in the order of
+        `ids` (under `_lock`): `dense` from the dense list's scores (`dense`, by the id's
+        `int`) and one search over the ids it did not score, in the shard; `turn` from the
+        points' rows (`turns`), computed here. A point neither scored (none was seen to be
+        left out; this keeps such a point from scoring as cosine 0) has its vectors read
+        back from the shard and compared here."""
+        import qdrant_edge as qe
+
+        unscored = [pid for pid in ids if pid.int not in dense]
         if unscored:
             found = self._shard.query(
                 qe.QueryRequest(
@@ -520,11 +522,22 @@ class QdrantEdgeIndex:
                     with_vector=False,
                 )
             )
-            dense.update((_as_uuid(p.id), p.score) for p in found)
-        turn = _turn_cosines(query, *(turns or self._turns.read(ids)))
-        out = {pid: (dense[pid], turn[pid]) for pid in ids if pid in dense and pid in turn}
-        if len(out) < len(ids):
-            out.update(self._cosines_read_back(query, [pid for pid in ids if pid not in out]))
+            dense = {**dense, **{_as_uuid(p.id).int: p.score for p in found}}
+        at, vectors = turns
+        turn: list[float | None] = [None] * len(ids)
+        for i, cosine in zip(at, _turn_cosines(query, vectors), strict=True):
+            turn[i] = cosine
+        out: list[tuple[float, float] | None] = [None] * len(ids)
+        for i, pid in enumerate(ids):
+            d, t = dense.get(pid.int), turn[i]
+            if d is not None and t is not None:
+                out[i] = (d, t)
+        missing = [pid for pid, pair in zip(ids, out, strict=True) if pair is None]
+        if missing:
+            back = self._cosines_read_back(query, missing)
+            out = [
+                back.get(pid) if pair is None else pair for pid, pair in zip(ids, out, strict=True)
+            ]
         return out
 
     def _cosines_read_back(self, query: list[float], ids: list[uuid.UUID]) -> _Cosines:
@@ -543,19 +556,30 @@ class QdrantEdgeIndex:
         return out
 
     def _stored(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
-        """Each point's payload and sparse terms, from the cache or read once (under
-        `_lock`)."""
-        out: dict[uuid.UUID, _Stored] = {}
-        missing = []
+        """`_stored_at` by id, of the points the shard holds."""
+        return {
+            pid: known
+            for pid, known in zip(ids, self._stored_at(ids), strict=True)
+            if known is not None
+        }
+
+    def _stored_at(self, ids: list[uuid.UUID]) -> list[_Stored | None]:
+        """Each point's payload and sparse terms (None: not in the shard), from the cache or
+        read once (under `_lock`)."""
+        out: list[_Stored | None] = []
+        missing: list[int] = []
         for pid in ids:
             known = self._cached.get(pid)
             if known is None:
-                missing.append(pid)
-                continue
-            self._cached.move_to_end(pid)
-            out[pid] = known
+                missing.append(len(out))
+            else:
+                self._cached.move_to_end(pid)
+            out.append(known)
         if missing:
-            records = self._shard.retrieve(missing, with_payload=True, with_vector=["sparse"])
+            where = {ids[i].int: i for i in missing}
+            records = self._shard.retrieve(
+                [ids[i] for i in missing], with_payload=True, with_vector=["sparse"]
+            )
             keep = self._cached_max > 0
             for r in records:
                 pid = _as_uuid(r.id)
@@ -563,7 +587,7 @@ class QdrantEdgeIndex:
                 if (use := self._uses.get(pid)) is not None:
                     payload = patched_payload(payload, use)
                 known = (payload, tuple(_terms(r)))
-                out[pid] = known
+                out[where[pid.int]] = known
                 if keep:
                     self._cached[pid] = known
             while len(self._cached) > self._cached_max:
@@ -571,49 +595,60 @@ class QdrantEdgeIndex:
         return out
 
     def _similar_turns(
-        self, asked: dict[uuid.UUID, float], ids: list[uuid.UUID], turns: _Rows | None = None
+        self, asked: dict[uuid.UUID, float], ids: list[uuid.UUID]
     ) -> dict[uuid.UUID, Mapping[uuid.UUID, float]]:
-        """For each point in `asked`, the other points of `ids` whose turn vector has a
-        cosine with its own of at least the one `asked` gives it, with that cosine (under
-        `_lock`), from the points' rows (`TurnRows`; `turns`, when read already). Recall asks
-        this of the few hits that state a change and of the conversation's turns a rewrite
-        read."""
-        if not asked or len(ids) < 2:
-            return {}
-        others, vectors = turns or self._turns.read(ids)
-        if len(others) < len(ids):  # no row (`TurnRows`): the shard's own vectors
-            others, vectors = self._with_shard_turns(ids, others, vectors)
-        column = {pid: m for m, pid in enumerate(others)}
-        present = [pid for pid in asked if pid in column]
+        """`_similar_at` by id, of the points in `asked`."""
+        similar = self._similar_at([asked.get(pid) for pid in ids], ids)
+        return {pid: found for pid, found in zip(ids, similar, strict=True) if found is not None}
+
+    def _similar_at(
+        self, asked: list[float | None], ids: list[uuid.UUID], turns: _Rows | None = None
+    ) -> list[Mapping[uuid.UUID, float] | None]:
+        """For each point of `ids` that `asked` gives a cosine (in the same order), the
+        other points of `ids` whose turn vector has a cosine with its own of at least that,
+        with that cosine (under `_lock`), from the points' rows (`TurnRows`; `turns`, when
+        read already). Recall asks this of the few hits that state a change and of the
+        conversation's turns a rewrite read."""
+        out: list[Mapping[uuid.UUID, float] | None] = [None] * len(ids)
+        if len(ids) < 2 or all(floor is None for floor in asked):
+            return out
+        at, vectors = turns or self._turns.read_at(ids)
+        if len(at) < len(ids):  # no row (`TurnRows`): the shard's own vectors
+            at, vectors = self._with_shard_turns(ids, at, vectors)
+        column = [-1] * len(ids)
+        for m, i in enumerate(at):
+            column[i] = m
+        present = [i for i, floor in enumerate(asked) if floor is not None and column[i] >= 0]
         if not present:
-            return {}
+            return out
         matrix = _unit_rows(vectors)
-        at = [column[pid] for pid in present]
-        cosines = matrix[at] @ matrix.T
+        own = [column[i] for i in present]
+        cosines = matrix[own] @ matrix.T
         # Thresholded in numpy: a question about now asks this of most hits (~50 × 100),
         # where a Python test per pair took ~1 ms; and read when asked (`_Similar`): a map
         # of every pair over its floor was ~15% of a recall's CPU, profiled.
-        floors = np.array([asked[pid] for pid in present], dtype=cosines.dtype)
+        floors = np.array([asked[i] for i in present], dtype=cosines.dtype)
         over = cosines >= floors[:, None]
-        return {
-            pid: _Similar(others, column, cosines, over, n, own)
-            for n, (pid, own) in enumerate(zip(present, at, strict=True))
-        }
+        others = [ids[i] for i in at]
+        by_id = {pid.int: m for m, pid in enumerate(others)}
+        for row, (i, m) in enumerate(zip(present, own, strict=True)):
+            out[i] = _Similar(others, by_id, cosines, over, row, m)
+        return out
 
-    def _with_shard_turns(
-        self, ids: list[uuid.UUID], found: list[uuid.UUID], vectors: Any
-    ) -> _Rows:
-        """The rows of `ids` (in their order) with the shard's own `turn` vectors for the
-        points without one (under `_lock`)."""
-        rows = dict(zip(found, vectors, strict=True))
-        missing = [pid for pid in ids if pid not in rows]
-        for r in self._shard.retrieve(missing, with_payload=False, with_vector=["turn"]):
+    def _with_shard_turns(self, ids: list[uuid.UUID], at: list[int], vectors: Any) -> _Rows:
+        """The rows of `ids` at `at` with the shard's own `turn` vectors for the points
+        without one (under `_lock`)."""
+        rows = dict(zip(at, vectors, strict=True))
+        where = {pid.int: i for i, pid in enumerate(ids) if i not in rows}
+        for r in self._shard.retrieve(
+            [ids[i] for i in where.values()], with_payload=False, with_vector=["turn"]
+        ):
             vector = r.vector.get("turn") if isinstance(r.vector, dict) else None
             if vector:
-                rows[_as_uuid(r.id)] = np.asarray(vector, np.float32).astype(np.float16)
-        others = [pid for pid in ids if pid in rows]
-        matrix = np.asarray([rows[pid] for pid in others], dtype=np.float16)
-        return others, matrix.reshape(len(others), self.dim)
+                rows[where[_as_uuid(r.id).int]] = np.asarray(vector, np.float32).astype(np.float16)
+        at = sorted(rows)
+        matrix = np.asarray([rows[i] for i in at], dtype=np.float16)
+        return at, matrix.reshape(len(at), self.dim)
 
     def _terms_of(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[UserKey, list[int]]]:
         """The owner and sparse terms of the points among `ids` the shard holds (under
@@ -1097,8 +1132,10 @@ RELEASE_AFTER_POINTS = 4096
 # by hand) fills the payload cache with them; a larger one (an import's slice) does not.
 WRITE_THROUGH_POINTS = 64
 _Cosines = dict[uuid.UUID, tuple[float, float]]  # the query's, with `dense` and `turn`
-# The points among some ids that have a turn row (in their order), and the rows (`TurnRows.read`).
-_Rows = tuple[list[uuid.UUID], Any]
+# Where among some ids the points with a turn row are, and the rows (`TurnRows.read_at`).
+_Rows = tuple[list[int], Any]
+# What a search's hit carries (`_found`): its payload and terms, cosines and similar turns.
+_Found = tuple[_Stored, tuple[float, float] | None, Mapping[uuid.UUID, float] | None]
 # What one cached point holds: ~3.1 kB (tracemalloc over 10k points of a user seeded by
 # bench/seed.py: the `MemoryPayload` with its text and sources, and its terms).
 _CACHED_BYTES = 3072
@@ -1236,18 +1273,18 @@ class _Similar(Mapping[uuid.UUID, float]):
     def __init__(
         self,
         ids: list[uuid.UUID],
-        column: dict[uuid.UUID, int],
+        column: dict[int, int],
         cosines: Any,
         over: Any,
         row: int,
         own: int,
     ) -> None:
-        self._ids, self._column = ids, column  # the compared points, and each one's column
+        self._ids, self._column = ids, column  # the compared points, each one's column by `int`
         self._cosines, self._over = cosines, over  # (asked points × `ids`): the cosine, ≥ floor
         self._row, self._own = row, own  # this point's row, and its own column
 
     def _at(self, key: uuid.UUID) -> int | None:
-        m = self._column.get(key)
+        m = self._column.get(key.int)
         if m is None or m == self._own or not self._over.item(self._row, m):
             return None
         return m
@@ -1275,15 +1312,16 @@ class _Similar(Mapping[uuid.UUID, float]):
         return sum(1 for _ in self)
 
 
-def _turn_cosines(query: list[float], ids: list[uuid.UUID], vectors: Any) -> dict[uuid.UUID, float]:
-    """The query's cosine with each of `vectors` (the rows of `ids`), in float64."""
-    if not ids:
-        return {}
+def _turn_cosines(query: list[float], vectors: Any) -> list[float]:
+    """The query's cosine with each of `vectors` (rows), in float64."""
+    if not len(vectors):
+        return []
     q = np.asarray(query, dtype=np.float64)
     m = vectors.astype(np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", m, m)) * max(float(np.linalg.norm(q)), 1e-300)
     scores = (m @ q) / np.where(norms > 0, norms, 1.0)
-    return dict(zip(ids, scores.tolist(), strict=True))
+    out: list[float] = scores.tolist()
+    return out
 
 
 def _as_uuid(value: Any) -> uuid.UUID:

@@ -108,8 +108,14 @@ class TurnRows:
         return np.where(found, self._rows[at], -1)
 
     def read(self, ids: Sequence[uuid.UUID]) -> tuple[list[uuid.UUID], npt.NDArray[np.float16]]:
-        """The points among `ids` that have a row, and their vectors (one row each of a
-        (n, dim) matrix): one positional read a row, the ids checked at once."""
+        """The points among `ids` that have a row, and their vectors (`read_at`)."""
+        at, vectors = self.read_at(ids)
+        return [ids[i] for i in at], vectors
+
+    def read_at(self, ids: Sequence[uuid.UUID]) -> tuple[list[int], npt.NDArray[np.float16]]:
+        """Where among `ids` the points that have a row are (in order), and their vectors
+        (one row each of a (n, dim) matrix): one positional read a row, the ids checked at
+        once."""
         fd = self._fileno()
         keys = _keys(ids)
         rows = self._find(keys)
@@ -123,7 +129,7 @@ class TurnRows:
                 whole[n] = False  # past the end: the shard's own vector is read instead
         read = np.ascontiguousarray(buf[:, :_ID]).view("S16").reshape(-1)
         ok = whole & (read == keys[at])
-        found = [ids[i] for i in at[ok].tolist()]
+        found: list[int] = at[ok].tolist()
         return found, buf[ok, _ID:].view(np.float16)
 
     def get(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, npt.NDArray[np.float16]]:
