@@ -210,3 +210,18 @@ def coverage(query_terms: Collection[int], terms: Iterable[int], also: Iterable[
     if also:
         found |= query.intersection(also)
     return len(found) / len(query)
+
+
+def coverages(
+    query_terms: frozenset[int], own: Iterable[int], chunk: Iterable[int]
+) -> tuple[float, float]:
+    """A candidate's two shares, `coverage(query, own)` and `coverage(query, chunk, own)`,
+    with one intersection of the query's terms and its own: scoring asks both of each
+    candidate."""
+    if not query_terms:
+        return 0.0, 0.0
+    mine = query_terms.intersection(own)
+    found = query_terms.intersection(chunk)
+    found |= mine
+    n = len(query_terms)
+    return len(mine) / n, len(found) / n

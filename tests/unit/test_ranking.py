@@ -356,6 +356,8 @@ def test_coverage_of_two_term_lists_is_that_of_their_union(
     expected = len(query & union) / len(query) if query else 0.0
     assert relevance.coverage(query, terms, also) == expected
     assert relevance.coverage(query, array("L", terms), array("L", also)) == expected
+    own, chunk = relevance.coverages(query, array("L", also), array("L", terms))
+    assert (own, chunk) == (relevance.coverage(query, also), expected)
 
 
 def test_cross_language_is_chinese_against_english() -> None:
