@@ -621,18 +621,11 @@ class QdrantEdgeIndex:
         present = [i for i, floor in enumerate(asked) if floor is not None and column[i] >= 0]
         if not present:
             return out
-        matrix = _unit_rows(vectors)
         own = [column[i] for i in present]
-        cosines = matrix[own] @ matrix.T
-        # Thresholded in numpy: a question about now asks this of most hits (~50 × 100),
-        # where a Python test per pair took ~1 ms; and read when asked (`_Similar`): a map
-        # of every pair over its floor was ~15% of a recall's CPU, profiled.
-        floors = np.array([asked[i] for i in present], dtype=cosines.dtype)
-        over = cosines >= floors[:, None]
-        others = [ids[i] for i in at]
-        by_id = {pid.int: m for m, pid in enumerate(others)}
+        floors = [cast(float, asked[i]) for i in present]
+        compared = _Compared([ids[i] for i in at], vectors, own, floors)
         for row, (i, m) in enumerate(zip(present, own, strict=True)):
-            out[i] = _Similar(others, by_id, cosines, over, row, m)
+            out[i] = _Similar(compared, row, m)
         return out
 
     def _with_shard_turns(self, ids: list[uuid.UUID], at: list[int], vectors: Any) -> _Rows:
@@ -1264,36 +1257,59 @@ def _unit_rows(vectors: Any) -> Any:
     return m / np.where(norms > 0, norms, 1.0)
 
 
-class _Similar(Mapping[uuid.UUID, float]):
-    """One point's `VectorHit.similar`: the other points whose turn cosine with its own is
-    over its floor, read from the search's matrix of them when asked (`_similar_turns`)."""
+class _Compared:
+    """The turn cosines of a search's compared points (rows) with all its points (columns),
+    and whether each is over its row's floor: computed when first read (`_Similar`). Half
+    of the recalls read none (no result that may replace another), and the matrix (~50 ×
+    ~80 × 512 in float64) was half of the comparisons' ~0.3 ms."""
 
-    __slots__ = ("_column", "_cosines", "_ids", "_over", "_own", "_row")
+    __slots__ = ("_cosines", "_floors", "_over", "_own", "_vectors", "column", "ids")
 
     def __init__(
-        self,
-        ids: list[uuid.UUID],
-        column: dict[int, int],
-        cosines: Any,
-        over: Any,
-        row: int,
-        own: int,
+        self, ids: list[uuid.UUID], vectors: Any, own: list[int], floors: list[float]
     ) -> None:
-        self._ids, self._column = ids, column  # the compared points, each one's column by `int`
-        self._cosines, self._over = cosines, over  # (asked points × `ids`): the cosine, ≥ floor
-        self._row, self._own = row, own  # this point's row, and its own column
+        self.ids = ids  # the points with a turn vector, one a column (`vectors`' rows)
+        self.column = {pid.int: m for m, pid in enumerate(ids)}  # by the id's `int`
+        self._vectors, self._own, self._floors = vectors, own, floors  # rows: `own` columns
+        self._cosines: Any = None
+        self._over: Any = None
 
-    def _at(self, key: uuid.UUID) -> int | None:
-        m = self._column.get(key.int)
-        if m is None or m == self._own or not self._over.item(self._row, m):
+    def matrix(self) -> tuple[Any, Any]:
+        """(the cosines, whether each is at least its row's floor)."""
+        if self._cosines is None:
+            matrix = _unit_rows(self._vectors)
+            cosines = matrix[self._own] @ matrix.T
+            # Thresholded in numpy: a question about now asks this of most hits (~50 ×
+            # 100), where a Python test per pair took ~1 ms.
+            floors = np.array(self._floors, dtype=cosines.dtype)
+            self._over = cosines >= floors[:, None]
+            self._cosines = cosines
+        return self._cosines, self._over
+
+
+class _Similar(Mapping[uuid.UUID, float]):
+    """One point's `VectorHit.similar`: the other points whose turn cosine with its own is
+    over its floor, read from the search's comparisons when asked (`_Compared`): a map of
+    every pair over its floor (~1,300 a recall, each hashing two `uuid.UUID`s in Python)
+    was ~15% of a recall's CPU, profiled; recall's stages read a few."""
+
+    __slots__ = ("_compared", "_own", "_row")
+
+    def __init__(self, compared: _Compared, row: int, own: int) -> None:
+        self._compared, self._row, self._own = compared, row, own  # its row and column
+
+    def _at(self, key: uuid.UUID) -> tuple[Any, int] | None:
+        m = self._compared.column.get(key.int)
+        if m is None or m == self._own:
             return None
-        return m
+        cosines, over = self._compared.matrix()
+        return (cosines, m) if over.item(self._row, m) else None
 
     def __getitem__(self, key: uuid.UUID) -> float:
-        m = self._at(key)
-        if m is None:
+        found = self._at(key)
+        if found is None:
             raise KeyError(key)
-        return cast(float, self._cosines.item(self._row, m))
+        return cast(float, found[0].item(self._row, found[1]))
 
     @overload
     def get(self, key: uuid.UUID, /) -> float | None: ...
@@ -1301,12 +1317,13 @@ class _Similar(Mapping[uuid.UUID, float]):
     def get(self, key: uuid.UUID, default: float | T, /) -> float | T: ...
     def get(self, key: uuid.UUID, default: Any = None, /) -> Any:
         """`self[key]`, or `default`: without raising, as recall's stages ask it pair by pair."""
-        m = self._at(key)
-        return default if m is None else self._cosines.item(self._row, m)
+        found = self._at(key)
+        return default if found is None else found[0].item(self._row, found[1])
 
     def __iter__(self) -> Iterator[uuid.UUID]:
-        over = self._over[self._row].tolist()
-        return (pid for m, pid in enumerate(self._ids) if over[m] and m != self._own)
+        over = self._compared.matrix()[1][self._row].tolist()
+        ids = self._compared.ids
+        return (pid for m, pid in enumerate(ids) if over[m] and m != self._own)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
