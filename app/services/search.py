@@ -293,18 +293,10 @@ class Score:
             f.intrinsic, f.access, pool.max_access, s.importance_intrinsic_share
         )
         score = scoring.combine_many(w, key, recency, importance)
-        candidates = [
-            Candidate(
-                hit,
-                float(rel[i]),
-                float(recency[i]),
-                float(importance[i]),
-                float(score[i]),
-                float(own[i]),
-                float(turn_cos[i]),
-            )
-            for i, (hit, _) in enumerate(hits)
-        ]
+        # Each array to floats at once (a numpy scalar read one by one costs ~0.1 us each).
+        arrays = (rel, recency, importance, score, own, turn_cos)
+        numbers = zip(*(a.tolist() for a in arrays), strict=True)
+        candidates = [Candidate(hit, *row) for (hit, _), row in zip(hits, numbers, strict=True)]
         return sorted(candidates, key=lambda c: c.score, reverse=True)
 
     def _features(
@@ -336,8 +328,9 @@ class Score:
             if period is not None and p.kind != "summary":  # a summary spans its period
                 f.outside[i] = not period[0] <= p.created_at < period[1]
             chunk_terms = hit.vectors.sparse_ids if hit.vectors else ()
-            f.cov_own[i] = relevance.coverage(pool.query_terms, facts.terms)
-            f.cov_chunk[i] = relevance.coverage(pool.query_terms, chunk_terms, facts.terms)
+            f.cov_own[i], f.cov_chunk[i] = relevance.coverages(
+                pool.query_terms, facts.terms, chunk_terms
+            )
             f.fused[i] = fused
             f.age[i] = (now - (p.last_accessed_at or p.created_at)).total_seconds()
             f.intrinsic[i] = 1.0 if p.pinned else p.importance
