@@ -24,6 +24,7 @@ Called under the index's lock, as the shard is.
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections.abc import Sequence
@@ -114,19 +115,30 @@ class TurnRows:
 
     def read_at(self, ids: Sequence[uuid.UUID]) -> tuple[list[int], npt.NDArray[np.float16]]:
         """Where among `ids` the points that have a row are (in order), and their vectors
-        (one row each of a (n, dim) matrix): one positional read a row, the ids checked at
-        once."""
+        (one row each of a (n, dim) matrix): one positional read a run of adjacent rows (a
+        recall's candidates are often neighbouring turns: ~2.3 rows a run on LoCoMo, and a
+        read was ~1.8 us a row), the ids checked at once."""
         fd = self._fileno()
         keys = _keys(ids)
         rows = self._find(keys)
         at = np.flatnonzero(rows >= 0)
         width = self.row_bytes
+        order = np.argsort(rows[at], kind="stable")  # read in the file's order
+        placed = rows[at][order]
         buf = np.empty((len(at), width), dtype=np.uint8)
         flat = buf.reshape(-1).data
         whole = np.ones(len(at), dtype=bool)
-        for n, row in enumerate(rows[at].tolist()):
-            if os.preadv(fd, [flat[n * width : (n + 1) * width]], row * width) != width:
-                whole[n] = False  # past the end: the shard's own vector is read instead
+        cuts = [0, *(np.flatnonzero(np.diff(placed) != 1) + 1).tolist(), len(at)]
+        offsets = (placed * width).tolist()
+        for start, end in itertools.pairwise(cuts):
+            if start == end:
+                continue
+            got = os.preadv(fd, [flat[start * width : end * width]], offsets[start])
+            if got != (end - start) * width:  # past the end: the shard's own vectors instead
+                whole[start + got // width : end] = False
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        buf, whole = buf[back], whole[back]  # in the order of `ids`
         read = np.ascontiguousarray(buf[:, :_ID]).view("S16").reshape(-1)
         ok = whole & (read == keys[at])
         found: list[int] = at[ok].tolist()
