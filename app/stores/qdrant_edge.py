@@ -426,7 +426,7 @@ class QdrantEdgeIndex:
             )
         ]
 
-        def search() -> tuple[list[list[Any]], dict[int, _Found]]:
+        def search() -> tuple[list[list[Any]], list[list[uuid.UUID]], dict[int, _Found]]:
             batch = list(requests)
             if query.sparse.indices:
                 # IDF over this user's memories, not the whole shard (+0.01 R@10), from
@@ -449,14 +449,15 @@ class QdrantEdgeIndex:
                     )
             # One planned batch: both lists share a pass over the segments.
             lists = self._shard.query_batch(qe.QueryBatchRequest(batch))
-            return lists, self._found(query, lists)
+            # Each point's id read once: Edge builds a new `uuid.UUID` at each read (~1 us).
+            ids = [[_as_uuid(p.id) for p in points] for points in lists]
+            return lists, ids, self._found(query, lists, ids)
 
-        lists, found = await self._search(search)
+        lists, ids, found = await self._search(search)
         hits: list[list[VectorHit]] = []
-        for points in lists:
+        for points, listed_ids in zip(lists, ids, strict=True):
             listed = []
-            for p in points:
-                pid = _as_uuid(p.id)
+            for p, pid in zip(points, listed_ids, strict=True):
                 known = found.get(pid.int)
                 if known is not None:  # gone between the search and the read: skipped
                     (payload, terms), cosines, similar = known
@@ -465,16 +466,17 @@ class QdrantEdgeIndex:
             hits.append(listed)
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
 
-    def _found(self, query: VectorQuery, lists: list[list[Any]]) -> dict[int, _Found]:
-        """What each point of `lists` carries (under `_lock`): its payload and terms (a point
-        gone since the search has none), and when asked the query's cosines with its
-        vectors and its similar turns. By the id's `int`, and in lists in the order of the
-        ids: a `uuid.UUID` hashes in Python, and ~1,500 of them a recall (by the dicts of
-        each step) were ~5% of its CPU, profiled."""
+    def _found(
+        self, query: VectorQuery, lists: list[list[Any]], listed: list[list[uuid.UUID]]
+    ) -> dict[int, _Found]:
+        """What each point of `lists` (their ids: `listed`) carries (under `_lock`): its
+        payload and terms (a point gone since the search has none), and when asked the
+        query's cosines with its vectors and its similar turns. By the id's `int`, and in
+        lists in the order of the ids: a `uuid.UUID` hashes in Python, and ~1,500 of them a
+        recall (by the dicts of each step) were ~5% of its CPU, profiled."""
         first: dict[int, uuid.UUID] = {}
-        for points in lists:
-            for p in points:
-                pid = _as_uuid(p.id)
+        for listed_ids in listed:
+            for pid in listed_ids:
                 first.setdefault(pid.int, pid)
         ids = list(first.values())
         if not ids:
@@ -484,7 +486,7 @@ class QdrantEdgeIndex:
         turns = self._turns.read_at(ids) if query.with_cosines else None
         cosines: list[tuple[float, float] | None] = [None] * len(ids)
         if turns is not None:
-            dense = {_as_uuid(p.id).int: p.score for p in lists[0]}
+            dense = {pid.int: p.score for pid, p in zip(listed[0], lists[0], strict=True)}
             cosines = self._cosines(query.dense, ids, dense, turns)
         similar: list[Mapping[uuid.UUID, float] | None] = [None] * len(ids)
         if query.compare_turns is not None:
