@@ -104,7 +104,7 @@ class SearchSpec:
         return (
             self.created_from is not None
             or self.created_to is not None
-            or ranking.named_period(self.query) is not None
+            or _named_period(self.query) is not None
         )
 
 
@@ -306,8 +306,8 @@ class Score:
         n = len(hits)
         f = _Features.empty(n)
         # Always asked: the cross-language relevance reads `lacks` whatever the penalty.
-        kind = ranking.asks_for(spec.query)
-        number = kind is None and ranking.asks_amount(spec.query)
+        kind = _asks_for(spec.query)
+        number = kind is None and _asks_amount(spec.query)
         period = self._period(spec)
         query_language = ranking.language(spec.query)
         for i, (hit, fused) in enumerate(hits):
@@ -341,7 +341,7 @@ class Score:
         """The period the query names, unless the request set its own `time_range`."""
         if not self.penalties.outside_period or spec.created_from or spec.created_to:
             return None
-        return ranking.named_period(spec.query)
+        return _named_period(spec.query)
 
     @staticmethod
     def _cosines(
@@ -391,6 +391,13 @@ def fused_pool(
 # turns, ~10,000 of LongMemEval's long assistant turns.
 TEXT_FACTS_BYTES = 64 << 20
 NAMES_BYTES = 16 << 20  # its texts are mostly `text_facts`' keys too (counted again, to be safe)
+# What scoring and the stages ask of the question itself, each ~3 times a recall (~3% of
+# its CPU): once per question text.
+QUESTION_BYTES = 1 << 20
+_named_period = text_memo(QUESTION_BYTES)(ranking.named_period)
+_asks_for = text_memo(QUESTION_BYTES)(ranking.asks_for)
+_asks_amount = text_memo(QUESTION_BYTES)(ranking.asks_amount)
+_subjects = text_memo(QUESTION_BYTES)(ranking.subjects)
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,14 +512,14 @@ def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
     `min_relevance` 0, and the context's, keep their results), and not over summaries."""
     if not results or any(c.hit.payload.kind == "summary" for c in results):
         return False
-    kind = ranking.asks_for(spec.query)
+    kind = _asks_for(spec.query)
     if kind == "place":  # "那几件衣服是在哪买的？" asks where, not how many
         return False
     time = kind == "time"
     # How long and how often are told in numbers too ("took me 140 hours"), and 几号 asks
     # for a date or a number (停车位是几号 over "B14").
     amount = (
-        ranking.asks_amount(spec.query)
+        _asks_amount(spec.query)
         or ranking.time_asked(spec.query) in ("duration", "often")
         or "几号" in spec.query
     )
@@ -621,7 +628,7 @@ class UserWordsFirst:
             return candidates
         if not ranking.asks_about_user(spec.query) and _names_a_speaker(spec.query, candidates):
             return candidates
-        asked = ranking.subjects(spec.query) - {ranking.SELF}
+        asked = _subjects(spec.query) - {ranking.SELF}
         question = _Question.of(spec.query)
         places = {
             at: n
@@ -860,12 +867,12 @@ class _Question:
     def of(cls, query: str) -> _Question:
         return cls(
             query,
-            ranking.asks_for(query),
-            ranking.asks_amount(query),
+            _asks_for(query),
+            _asks_amount(query),
             ranking.asks_name(query),
             ranking.asks_who(query),
             frozenset(w for w in _words(query) - _ASKING_WORDS if not ranking.names_someone(w)),
-            ranking.subjects(query) - {ranking.SELF},
+            _subjects(query) - {ranking.SELF},
         )
 
     def has_one(self, said: str) -> bool:
@@ -1105,7 +1112,7 @@ class NewerFactsFirst:
             ranking.asks_about_user(spec.query) or not _names_a_speaker(spec.query, candidates)
         )
         facts = [text_facts(c.hit.payload.content, c.hit.payload.role) for c in candidates]
-        asked = ranking.subjects(spec.query) - {ranking.SELF}
+        asked = _subjects(spec.query) - {ranking.SELF}
         restating, current = self._may_move(spec, candidates, facts, now, asked)
         items = [
             ranking.Statement(
@@ -1225,7 +1232,7 @@ class NewerFactsFirst:
         # for "which city" ("我朋友推荐我在成都去看大熊猫基地" is no new departure time).
         # Nor is it about someone else than the question asks about ("we adopted a
         # kitten!! her name is pepper" is no new name of "my dog").
-        kind = ranking.asks_for(spec.query) if now else None
+        kind = _asks_for(spec.query) if now else None
         question = _Question.of(spec.query)
         restating = [
             now
