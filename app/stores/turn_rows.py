@@ -261,7 +261,8 @@ class TurnRows:
 
 
 def _keys(ids: Sequence[uuid.UUID]) -> npt.NDArray[Any]:
-    return np.frombuffer(b"".join(pid.bytes for pid in ids), dtype="S16")
+    """The ids as 16-byte keys: `UUID.bytes` itself, without its property's call."""
+    return np.frombuffer(b"".join([pid.int.to_bytes(16, "big") for pid in ids]), dtype="S16")
 
 
 def _as_uuid(value: Any) -> uuid.UUID:
