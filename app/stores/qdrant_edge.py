@@ -460,8 +460,7 @@ class QdrantEdgeIndex:
             for p, pid in zip(points, listed_ids, strict=True):
                 known = found.get(pid.int)
                 if known is not None:  # gone between the search and the read: skipped
-                    (payload, terms), cosines, similar = known
-                    vectors = StoredVectors(dense=(), turn=(), sparse_ids=terms)
+                    payload, vectors, cosines, similar = known
                     listed.append(VectorHit(pid, p.score, payload, vectors, cosines, similar))
             hits.append(listed)
         return CandidateLists(hits[0], hits[1] if len(hits) > 1 else [])
@@ -494,7 +493,7 @@ class QdrantEdgeIndex:
             asked = [None if known is None else compare(known[0]) for known in stored]
             similar = self._similar_at(asked, ids, turns)
         return {
-            pid.int: (known, cosines[i], similar[i])
+            pid.int: (known[0], StoredVectors((), (), known[1]), cosines[i], similar[i])
             for i, (pid, known) in enumerate(zip(ids, stored, strict=True))
             if known is not None
         }
@@ -1129,8 +1128,10 @@ WRITE_THROUGH_POINTS = 64
 _Cosines = dict[uuid.UUID, tuple[float, float]]  # the query's, with `dense` and `turn`
 # Where among some ids the points with a turn row are, and the rows (`TurnRows.read_at`).
 _Rows = tuple[list[int], Any]
-# What a search's hit carries (`_found`): its payload and terms, cosines and similar turns.
-_Found = tuple[_Stored, tuple[float, float] | None, Mapping[uuid.UUID, float] | None]
+# What a search's hit carries (`_found`): its payload, terms, cosines and similar turns.
+_Found = tuple[
+    MemoryPayload, StoredVectors, tuple[float, float] | None, Mapping[uuid.UUID, float] | None
+]
 # What one cached point holds: ~3.1 kB (tracemalloc over 10k points of a user seeded by
 # bench/seed.py: the `MemoryPayload` with its text and sources, and its terms).
 _CACHED_BYTES = 3072
