@@ -572,6 +572,23 @@ def names_someone(word: str) -> bool:
     return w in _SUBJECT_CLASS or w.rstrip("s") in _SUBJECT_CLASS
 
 
+def _classes_zh(text: str) -> frozenset[str]:
+    """The classes of the Chinese words for people and pets in the text, wherever they are
+    (not a single character inside another word: 大熊猫, 帅哥)."""
+    found: set[str] = set()
+    if _HAS_CJK.search(text) is None:
+        return frozenset()
+    for m in _SUBJECT_ZH.finditer(text):
+        before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
+        word = m.group()
+        if (before and before in _NOT_BEFORE.get(word, "")) or (
+            after and after in _NOT_AFTER.get(word, "")
+        ):
+            continue
+        found |= _SUBJECT_CLASS[word]
+    return frozenset(found)
+
+
 def subjects(text: str) -> frozenset[str]:
     """The classes of the people and pets a statement names (`_SUBJECT_CLASS`), with
     `SELF` when the speaker is a subject too; `SELF` alone for the speaker's own news ("I
@@ -582,15 +599,7 @@ def subjects(text: str) -> frozenset[str]:
         if word == "folks" and m.group().lower().startswith("the"):
             continue  # "so the london folks can join": people, not the speaker's parents
         found |= _SUBJECT_CLASS.get(word, _SUBJECT_CLASS.get(word.rstrip("s"), frozenset()))
-    if _HAS_CJK.search(text) is not None:
-        for m in _SUBJECT_ZH.finditer(text):
-            before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
-            word = m.group()
-            if (before and before in _NOT_BEFORE.get(word, "")) or (
-                after and after in _NOT_AFTER.get(word, "")
-            ):
-                continue
-            found |= _SUBJECT_CLASS[word]
+    found |= _classes_zh(text)
     speaker = _SELF_EN.search(text) is not None or _SELF_ZH.search(text) is not None
     if not found:
         return _ONLY_SELF if speaker else frozenset()
@@ -632,15 +641,7 @@ def mentioned(text: str) -> frozenset[str]:
     for m in _MENTION_EN.finditer(text):
         word = m.group(1).lower()
         found |= _SUBJECT_CLASS.get(word, frozenset())
-    if _HAS_CJK.search(text) is not None:
-        for m in _SUBJECT_ZH.finditer(text):
-            before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
-            word = m.group()
-            if (before and before in _NOT_BEFORE.get(word, "")) or (
-                after and after in _NOT_AFTER.get(word, "")
-            ):
-                continue
-            found |= _SUBJECT_CLASS[word]
+    found |= _classes_zh(text)
     return frozenset(found)
 
 
