@@ -205,9 +205,7 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
     if base > budget:
         sections, base, fraction = _cut_required(sections, required, cut, base, budget)
     order = sorted(range(len(sections)), key=lambda k: sections[k].priority)
-    chosen = _choose(sections, required, order, budget - base, count)
-    kept = [sorted(c) for c in chosen]
-    text, total = _drop_while_over(sections, kept, required, order, budget, count)
+    kept, text, total = _fill_up(sections, required, order, budget, base, count)
     if fraction < 1 and total < budget:  # what the others left goes back to the cut items
         fraction = cut.largest(kept, budget, fraction)
         sections = cut.at(fraction)
@@ -224,6 +222,50 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
         dropped=_dropped(sections, kept),
         truncated=cut.truncated(fraction) if fraction < 1 else {},
     )
+
+
+def _fill_up(
+    sections: Sequence[Section],
+    required: list[frozenset[int]],
+    order: list[int],
+    budget: int,
+    base: int,
+    count: Counter,
+) -> tuple[list[list[int]], str, int]:
+    """The items kept, the text and its count: chosen by their lines' counts, then chosen
+    again with what those counts overstated given back, when the text came out short.
+
+    A line counted alone costs more than it does in the text, where its newline and its
+    bullet merge into one token with the words around them: ~1.4 tokens a memory line, so a
+    4,000-token context of ~100 memories was left ~150 tokens short of its budget, room for
+    four more memories (bench/README.md, issue 40: "Evidence in one context call")."""
+    count = _remembering(count)  # the second choice counts no line again
+    free = budget - base
+    chosen, spent = _choose(sections, required, order, free, count)
+    kept = [sorted(c) for c in chosen]
+    text, total, trimmed = _drop_while_over(sections, kept, required, order, budget, count)
+    overstated = spent - (total - base)
+    if trimmed or overstated <= 0 or total >= budget:
+        return kept, text, total
+    again, _ = _choose(sections, required, order, free + overstated, count)
+    more = [sorted(c) for c in again]
+    more_text, more_total, _ = _drop_while_over(sections, more, required, order, budget, count)
+    if more_total <= total:
+        return kept, text, total
+    return more, more_text, more_total
+
+
+def _remembering(count: Counter) -> Counter:
+    """`count`, each distinct text counted once."""
+    seen: dict[str, int] = {}
+
+    def counted(texts: Sequence[str]) -> list[int]:
+        new = [t for t in dict.fromkeys(texts) if t not in seen]
+        if new:
+            seen.update(zip(new, count(new), strict=True))
+        return [seen[t] for t in texts]
+
+    return counted
 
 
 def _dropped(sections: Sequence[Section], kept: Sequence[Sequence[int]]) -> dict[str, int]:
@@ -265,10 +307,11 @@ def _choose(
     order: list[int],
     free: int,
     count: Counter,
-) -> list[set[int]]:
+) -> tuple[list[set[int]], int]:
     """The items each section keeps, by priority, within the `free` tokens the required ones
     leave: a section held to a share or a lead first takes up to it, and gets more only from
-    what the others left (at its `after` priority, or once all have had their turn)."""
+    what the others left (at its `after` priority, or once all have had their turn). With
+    the tokens they were counted to cost."""
     fill = _Fill(sections, required, free, count)
     rank = {k: n for n, k in enumerate(order)}
     steps: list[tuple[float, int, int, int]] = [
@@ -284,7 +327,7 @@ def _choose(
             fill.rest(k)
         else:
             fill.turn(k)
-    return fill.done()
+    return fill.done(), free - fill.free
 
 
 class _Fill:
@@ -402,23 +445,37 @@ def _drop_while_over(
     order: list[int],
     budget: int,
     count: Counter,
-) -> tuple[str, int]:
-    """The text of `kept` (changed in place) and its count, within the budget."""
+) -> tuple[str, int, bool]:
+    """The text of `kept` (changed in place), its count within the budget, and whether an
+    item had to go for it."""
     # Per-item counts are estimates (BPE counts do not add up across joins): count the
-    # whole text and, while it is over, drop from the least important section first.
+    # whole text and, while it is over, drop from the least important section first: its
+    # oldest turn, or the item offered last (`fill`: a memory, the least relevant kept).
     text = render(sections, kept)
     total = count([text])[0]
+    trimmed = False
     while total > budget:
         for k in reversed(order):
             removable = [i for i in kept[k] if i not in required[k]]
             if removable:
-                kept[k].remove(removable[0] if sections[k].conversation else removable[-1])
+                kept[k].remove(_last_offered(sections[k], removable))
+                trimmed = True
                 break
         else:  # cannot happen: the base fits; stay safe
             break
         text = render(sections, kept)
         total = count([text])[0]
-    return text, total
+    return text, total, trimmed
+
+
+def _last_offered(section: Section, removable: Sequence[int]) -> int:
+    """Of `removable` (ascending), the item a trim drops first."""
+    if section.conversation:
+        return removable[0]
+    if section.fill is None:
+        return removable[-1]
+    rank = {i: n for n, i in enumerate(section.fill)}
+    return max(removable, key=lambda i: rank.get(i, len(rank)))
 
 
 class _Cut:

@@ -466,9 +466,10 @@ BEFORE_SECTIONS: dict[str, tuple[dict[str, Any], list[int], list[int], dict[str,
             "last_user": 19,
             "budget": 300,
         },
-        list(range(8)),
+        # 8 memories (268 tokens) before the line counts' overstatement went back to them
+        list(range(10)),
         list(range(10, 20)),
-        {"system_prompt": 0, "memories": 124, "recent_messages": 144, "total": 268},
+        {"system_prompt": 0, "memories": 154, "recent_messages": 144, "total": 298},
     ),
     "required_first": (
         {
@@ -479,9 +480,11 @@ BEFORE_SECTIONS: dict[str, tuple[dict[str, Any], list[int], list[int], dict[str,
             "last_user": 0,
             "budget": 200,
         },
-        [0, 1, 2, 3],
-        [0, *range(21, 31)],
-        {"system_prompt": 6, "memories": 78, "recent_messages": 100, "total": 184},
+        # [0, 1, 2, 3] and turns 21-30 (184 tokens) before the line counts' overstatement
+        # went back: memories come before the older turns
+        [0, 1, 2, 3, 4],
+        [0, *range(22, 31)],
+        {"system_prompt": 6, "memories": 104, "recent_messages": 88, "total": 198},
     ),
     "no_user": (
         {
@@ -610,7 +613,8 @@ def test_memories_come_before_the_older_turns() -> None:
 
 def test_the_newest_turns_are_a_count_within_their_share() -> None:
     recent = [f"turn {i} " + "chat " * 10 for i in range(40)]
-    memories = [f"memory {i} " + "fact " * 10 for i in range(200)]
+    # Memories a little shorter than the turns: what they leave holds no older turn.
+    memories = [f"memory {i} " + "fact " * 9 for i in range(200)]
     for turns in (0, 3, 10):
         packed = packing.pack(
             layout(
@@ -697,3 +701,38 @@ def test_a_day_is_written_once_above_its_memories() -> None:
     fit_on_each = packing.pack(on_each, budget=800, count=count).kept["memories"]
     assert len(fit_by_day) > len(fit_on_each)
     assert sorted(item.key for item in fit_by_day) == list(range(len(fit_by_day)))
+
+
+def test_the_budget_is_filled_up_to_a_memory_that_does_not_fit() -> None:
+    # A line counted alone costs a token more than within the text (its full stop and the
+    # newline after it are one token): chosen by those
+    # counts alone, ~80 memories left ~80 tokens of a 1,000-token budget unused.
+    memories = [f"Mia said on day {i} that the {w} garden needs water." for i, w in
+                enumerate(["north", "south", "east", "west"] * 30)]  # fmt: skip
+    packed = packing.pack(
+        layout(system_prompt="", memories=memories, recent=["user: and the garden?"],
+               last_user=0),
+        budget=1000,
+        count=count,
+    )  # fmt: skip
+    left_out = [m for i, m in enumerate(memories) if i not in keys(packed, "memories")]
+    assert left_out, "the case must not fit whole"
+    assert packed.tokens["total"] <= 1000
+    cheapest = min(count([f"\n- {m}" for m in left_out]))
+    assert 1000 - packed.tokens["total"] < cheapest
+    assert keys(packed, "memories") == list(range(len(memories) - len(left_out)))
+
+
+def test_a_trim_drops_the_least_relevant_memory_not_the_last_shown() -> None:
+    # Rendered by day (the days in the order of their best memory), the memory ranked last
+    # (3) is shown second and the one ranked third (2) last: an exact recount over the
+    # budget must drop the least relevant, not the last line.
+    days = ["2024-06-09", "2024-06-01", "2024-06-01", "2024-06-09"]
+    memories = [f"fact {i} " + "word " * 6 for i in range(4)]
+    sections = layout(
+        system_prompt="", memories=memories, memory_days=days, recent=["user: q"], last_user=0
+    )
+    full = lumpy([packing.render(sections, [[], [], [], [], list(range(4)), [0]])])[0]
+    packed = packing.pack(sections, budget=full - 1, count=lumpy)
+    assert packed.tokens["total"] <= full - 1
+    assert keys(packed, "memories") == [0, 1, 2]
