@@ -4,7 +4,8 @@ The context is a list of `Section`s, rendered in the order given as headed block
 in order of priority. The invariant callers rely on: the rendered `text` never counts more
 than `budget` tokens. Items are chosen with per-item counts (cheap, batched), then the whole
 text is counted once more, exactly, because BPE counts are not additive across joins; while
-it is over, an item of the least important section goes. Required items (the system prompt,
+it is over, an item of the least important section goes; when it is under by what the line
+counts overstated, the items are chosen again with that given back (`_fill_up`). Required items (the system prompt,
 the last user message) are never dropped. A required item of a section that is not `whole`
 may be cut instead: when the required items alone do not fit, its middle is elided (head
 and tail kept, `… [n tokens elided] …` between them) until they do, and `Packed.truncated`
