@@ -5,12 +5,13 @@ in order of priority. The invariant callers rely on: the rendered `text` never c
 than `budget` tokens. Items are chosen with per-item counts (cheap, batched), then the whole
 text is counted once more, exactly, because BPE counts are not additive across joins; while
 it is over, an item of the least important section goes; when it is under by what the line
-counts overstated, the items are chosen again with that given back (`_fill_up`). Required items (the system prompt,
-the last user message) are never dropped. A required item of a section that is not `whole`
-may be cut instead: when the required items alone do not fit, its middle is elided (head
-and tail kept, `… [n tokens elided] …` between them) until they do, and `Packed.truncated`
-says which. Only when the `whole` items and the bare minimum of the others (their prefix and
-an ellipsis) do not fit is the budget too small, and the caller says so.
+counts overstated, the items are chosen again with that given back (`_fill_up`). Required
+items (the system prompt, the last user message) are never dropped. A required item of a
+section that is not `whole` may be cut instead: when the required items alone do not fit,
+its middle is elided (head and tail kept, `… [n tokens elided] …` between them) until they
+do, and `Packed.truncated` says which. Only when the `whole` items and the bare minimum of
+the others (their prefix and an ellipsis) do not fit is the budget too small, and the caller
+says so.
 
 Stored text is data, never the service's own structure: `set_off` makes it one item's lines
 (its further lines indented, a line that would open with `#` escaped), so that every line
@@ -206,7 +207,10 @@ def pack(sections: Sequence[Section], *, budget: int, count: Counter) -> Packed:
     if base > budget:
         sections, base, fraction = _cut_required(sections, required, cut, base, budget)
     order = sorted(range(len(sections)), key=lambda k: sections[k].priority)
-    kept, text, total = _fill_up(sections, required, order, budget, base, count)
+    # A cut last message takes back what the others leave (below), as it did before the
+    # second choice: it is what the model answers.
+    refill = fraction == 1.0
+    kept, text, total = _fill_up(sections, required, order, budget, base, count, refill)
     if fraction < 1 and total < budget:  # what the others left goes back to the cut items
         fraction = cut.largest(kept, budget, fraction)
         sections = cut.at(fraction)
@@ -232,9 +236,12 @@ def _fill_up(
     budget: int,
     base: int,
     count: Counter,
+    refill: bool = True,
 ) -> tuple[list[list[int]], str, int]:
     """The items kept, the text and its count: chosen by their lines' counts, then chosen
-    again with what those counts overstated given back, when the text came out short.
+    again with what those counts overstated given back, when the text came out short
+    (`refill`). The shares stay those of the first choice: what is given back is the
+    memories' overstatement mostly, not room for more turns.
 
     A line counted alone costs more than it does in the text, where its newline and its
     bullet merge into one token with the words around them: ~1.4 tokens a memory line, so a
@@ -246,9 +253,9 @@ def _fill_up(
     kept = [sorted(c) for c in chosen]
     text, total, trimmed = _drop_while_over(sections, kept, required, order, budget, count)
     overstated = spent - (total - base)
-    if trimmed or overstated <= 0 or total >= budget:
+    if not refill or trimmed or overstated <= 0 or total >= budget:
         return kept, text, total
-    again, _ = _choose(sections, required, order, free + overstated, count)
+    again, _ = _choose(sections, required, order, free + overstated, count, shared=free)
     more = [sorted(c) for c in again]
     more_text, more_total, _ = _drop_while_over(sections, more, required, order, budget, count)
     if more_total <= total:
@@ -308,12 +315,14 @@ def _choose(
     order: list[int],
     free: int,
     count: Counter,
+    shared: int | None = None,
 ) -> tuple[list[set[int]], int]:
     """The items each section keeps, by priority, within the `free` tokens the required ones
     leave: a section held to a share or a lead first takes up to it, and gets more only from
     what the others left (at its `after` priority, or once all have had their turn). With
-    the tokens they were counted to cost."""
-    fill = _Fill(sections, required, free, count)
+    the tokens they were counted to cost. `shared`: the tokens the shares are of (`free`
+    unless given)."""
+    fill = _Fill(sections, required, free, count, free if shared is None else shared)
     rank = {k: n for n, k in enumerate(order)}
     steps: list[tuple[float, int, int, int]] = [
         (sections[k].priority, 0, rank[k], k) for k in order
@@ -335,11 +344,17 @@ class _Fill:
     """`_choose`'s state: what each section has chosen, what it holds back, the budget left."""
 
     def __init__(
-        self, sections: Sequence[Section], required: list[frozenset[int]], free: int, count: Counter
+        self,
+        sections: Sequence[Section],
+        required: list[frozenset[int]],
+        free: int,
+        count: Counter,
+        shared: int,
     ) -> None:
         self.sections = sections
         self.required = required
-        self.free = self.after_base = free
+        self.free = free
+        self.after_base = shared  # what the shares are of
         self.optional = [
             [i for i in range(len(s.items)) if i not in required[k]] for k, s in enumerate(sections)
         ]
@@ -411,13 +426,15 @@ class _Fill:
         spent = head if s.items and not self.required[k] else 0
         self.free -= spent
         taken = len(self.required[k])
-        for i in offered:
+        held = False  # a conversation's older turns wait behind one held back: a gap
+        for i in offered:  # would drop them at the end (`done`), their tokens unused
             c = self.cost(k, i)
-            if (s.lead is None or taken < s.lead) and spent + c <= cap:
+            if not held and (s.lead is None or taken < s.lead) and spent + c <= cap:
                 self.take(k, i, c)
                 spent, taken = spent + c, taken + 1
             else:
                 self.pending[k].append(i)
+                held = s.conversation
 
     def rest(self, k: int) -> None:
         """What a held section held back, as far as the budget left goes."""
@@ -432,10 +449,14 @@ class _Fill:
             self.take(k, i, c)
 
     def done(self) -> list[set[int]]:
+        """The choice, each conversation cut to its unbroken newest run (what that cuts
+        goes back to `free`, so that the tokens spent are those of what is kept)."""
         for k, s in enumerate(self.sections):
             if s.conversation:
                 start = _unbroken_run_start(self.chosen[k], len(s.items), self.required[k])
-                self.chosen[k] = {i for i in self.chosen[k] if i >= start or i in self.required[k]}
+                kept = {i for i in self.chosen[k] if i >= start or i in self.required[k]}
+                self.free += sum(self.costs[k][i] + 1 for i in self.chosen[k] - kept)
+                self.chosen[k] = kept
         return self.chosen
 
 

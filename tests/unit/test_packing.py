@@ -736,3 +736,33 @@ def test_a_trim_drops_the_least_relevant_memory_not_the_last_shown() -> None:
     packed = packing.pack(sections, budget=full - 1, count=lumpy)
     assert packed.tokens["total"] <= full - 1
     assert keys(packed, "memories") == [0, 1, 2]
+
+
+def test_the_second_choice_keeps_the_recent_turns_within_their_share() -> None:
+    # What the line counts overstated is the memories' mostly: given back, it must not raise
+    # the recent turns' share (their older turns would push memories out).
+    memories = [f"Mia said on day {i} that the garden needs water." for i in range(60)]
+    recent = [f"assistant: reply {i} " + "ok " * 8 for i in range(4)]
+    recent += ["assistant: long " + "story " * 20, "user: and then?"]
+    sections = layout(system_prompt="", memories=memories, recent=recent, last_user=5)
+    packed = packing.pack(sections, budget=170, count=count)
+    free = 170 - base_tokens(sections)
+    assert packed.tokens["recent_messages"] <= free // 2
+    assert packed.tokens["total"] <= 170
+    assert len(packed.kept["memories"]) >= 6
+
+
+def test_a_turn_too_long_for_the_share_leaves_no_budget_unused() -> None:
+    # The newest turn but one is over the recent turns' share: the older turns behind it
+    # would leave a gap and cannot be shown, so they take nothing from the memories.
+    memories = [f"Mia said on day {i} that the garden needs water." for i in range(60)]
+    recent = [f"assistant: reply {i} " + "ok " * 6 for i in range(6)]
+    recent += ["assistant: long " + "story " * 100, "user: and then?"]
+    packed = packing.pack(
+        layout(system_prompt="", memories=memories, recent=recent, last_user=7),
+        budget=210,
+        count=count,
+    )
+    assert keys(packed, "recent_messages") == [7]
+    cheapest = min(count([f"\n- {m}" for m in memories]))
+    assert 210 - cheapest < packed.tokens["total"] <= 210
