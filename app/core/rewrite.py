@@ -276,8 +276,9 @@ def needs_context(query: str) -> bool:
     (`bound_pronouns`), and words that refer to nothing ("how long did it take")."""
     ellipsis = _EN_ELLIPSIS.search(query)
     # "how many nights again?" leans on the turns; "Why did John run for office again?"
-    # does not: a closing "again" counts unless the question names someone.
-    if ellipsis and (ellipsis.group(1) or not _names_someone(query)):
+    # and "where do I live again?" do not: a closing "again" counts unless the question
+    # names someone or asks about the user in the first person (its "again" is "remind me").
+    if ellipsis and (ellipsis.group(1) or not (_names_someone(query) or _in_first_person(query))):
         return True
     if _ZH_ELLIPSIS.search(query) or _laizhe_leans(query):
         return True
@@ -285,6 +286,14 @@ def needs_context(query: str) -> bool:
     if any(w in _EN_ANAPHORA for w in _english_words(referring)):
         return True
     return bool(_ZH_ANAPHORA.search(query))
+
+
+_EN_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "we", "us", "our", "ours"})
+
+
+def _in_first_person(query: str) -> bool:
+    """Whether an English question speaks of the user ("i", "my", "we"; "I'm" is "i")."""
+    return any(w.split("'")[0] in _EN_FIRST_PERSON for w in _english_words(query))
 
 
 def _laizhe_leans(query: str) -> bool:

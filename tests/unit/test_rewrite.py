@@ -108,6 +108,10 @@ def test_a_chinese_pronoun_becomes_only_a_word_shaped_like_a_name(
         "What did I do this weekend?",
         "Are John and James fans of the same football team?",
         "Why did John decide to run for office again?",  # a long question's "again"
+        "Where do I live again?",  # "again" as "remind me", of the user
+        "ugh. when does my car insurance expire again?",
+        "how many kids am i teaching this year again?",
+        "What's our wifi password again?",
         "Considering his conversations, what would Jon do?",  # a possessive before the name
         "Why did Gina decide to start her own clothing store?",  # "her own" is possessive
     ],
