@@ -632,7 +632,7 @@ class Settings(BaseSettings):
         default="o200k_base", description="what token budgets and counts are measured in"
     )
     context_shares: dict[str, float] = Field(
-        default_factory=lambda: {"recent_messages": 0.5},
+        default_factory=lambda: {"recent_messages": 0.5, "profile": 0.25},
         description="per context section, the share of the budget (after the system prompt "
         "and the last user message) it may take in its turn, before the lower-priority "
         "sections; what they leave flows back. JSON, e.g. "

@@ -93,8 +93,10 @@ HEAD_RECENT = "## Recent conversation"
 
 # Per section, the share of the free budget it may take in its turn, before the sections of
 # lower priority are packed; what those leave unused flows back (`STRATA_CONTEXT_SHARES`).
-# Recent turns take at most half, so that memories keep room in a long conversation.
-DEFAULT_SHARES: Mapping[str, float] = {"recent_messages": 0.5}
+# Recent turns take at most half, so that memories keep room in a long conversation; the
+# profile at most a quarter, so that a user's hundred facts (newest first, whatever the
+# question) cannot crowd out the memories that answer it.
+DEFAULT_SHARES: Mapping[str, float] = {"recent_messages": 0.5, "profile": 0.25}
 
 # The newest turns that come before the memories, within their share: what continuity needs
 # (the last few exchanges; `STRATA_CONTEXT_RECENT_TURNS`). Older turns of the session come

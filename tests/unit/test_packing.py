@@ -766,3 +766,19 @@ def test_a_turn_too_long_for_the_share_leaves_no_budget_unused() -> None:
     assert keys(packed, "recent_messages") == [7]
     cheapest = min(count([f"\n- {m}" for m in memories]))
     assert 210 - cheapest < packed.tokens["total"] <= 210
+
+
+def test_a_large_profile_leaves_the_memories_room_by_default() -> None:
+    # A long-time user's hundred facts, newest first whatever the question, take at most a
+    # quarter of what the budget leaves in their turn; the memories come next.
+    profile = [f"[since 2024-0{1 + i % 9}-01] The user likes hobby number {i}." for i in range(100)]
+    memories = [f"user: I said thing {i} about the garden." for i in range(200)]
+    sections = layout(
+        system_prompt="", profile=profile, memories=memories, recent=["user: q"], last_user=0
+    )
+    packed = packing.pack(sections, budget=1000, count=count)
+    free = 1000 - base_tokens(sections)
+    # (what the memories leave, less than one of their lines, flows back to the profile)
+    assert packed.tokens["profile"] <= free // 4 + 15
+    assert packed.tokens["memories"] >= free // 2
+    assert packed.tokens["total"] <= 1000
