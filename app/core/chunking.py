@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.core import importance
+from app.core import importance, ranking
 
 # What of a long turn the encoder reads (`embedding_windows`).
 EMBED_WINDOW_CHARS = 2_000
@@ -93,14 +93,19 @@ def chunk_turns(
     """Chunks for `new` messages; `context` holds the turns just before them and
     `following` those just after them that are already in the log (either may be empty).
     A turn's next turn (`Chunk.after`) is the first indexed message at most `next_within`
-    seqs after it (0: none), and with `back_within` its context turns are at most that many
-    seqs before it: a rebuild reading that far around a turn finds the same."""
+    seqs after it (0: none) unless that one asks to be reminded (`ranking.reminds`), and
+    with `back_within` its context turns are at most that many seqs before it: a rebuild
+    reading that far around a turn finds the same."""
     history = [m for m in context if m.role in INDEXED_ROLES]
     turns = [m for m in new if m.role in INDEXED_ROLES]
     nexts = [*turns[1:], *(m for m in following if m.role in INDEXED_ROLES)]
     chunks: list[Chunk] = []
     for message, after in zip(turns, [*nexts, None], strict=False):
-        if after is not None and after.seq - message.seq > next_within:
+        if after is not None and (
+            after.seq - message.seq > next_within or ranking.reminds(after.role, after.content)
+        ):
+            # A user's question about themself ("Where do I live again?") is not about
+            # the turn before it: its words made "我下个月要去柏林出差。" answer it.
             after = None
         near = history
         if back_within is not None:

@@ -1233,6 +1233,48 @@ def asks_plainly(text: str) -> bool:
     return text.rstrip().endswith(("?", "？"))
 
 
+# A user's question about themself that tells nothing of its own ("Where do I live again?",
+# "what's my blood type?", 我住在哪里？): the user asks to be reminded. Stored as a turn, it
+# matches the same question asked later better than the answer does, and its words, as the
+# next turn's terms, made the turn before it ("我下个月要去柏林出差。") answer "Where do I
+# live?" (`reminds`).
+_REMIND_EN = re.compile(
+    r"^\W*(?:(?:what|where|when|which|who|whose)(?:'s|’s|s)?|how (?:many|much|old|long|far))"
+    r"(?:\s+[\w'’-]+){0,3}?\s+(?:"
+    # ... is my X, ... did i / do i / am i VERB ("which gym did i join?", "whos my dentist")
+    r"(?:is|are|was|were|'s|’s|do|does|did)\s+(?:my|our)|"
+    r"(?:did|do|am|are|were|have|had)\s+(?:i|we)\b(?!\s+do\b)"
+    r")|^\W*(?:what|where|when|which|who)(?:'s|’s|s)\s+(?:my|our)\b",
+    re.IGNORECASE,
+)
+_HOW_TO = re.compile(r"\bdo (?:i|we)\b(?! have\b)", re.IGNORECASE)
+# 我住在哪里？ 我的血型是什么？ 我家猫几岁了？: not advice (该, 能, 要不要) nor why (为什么, 怎么).
+_REMIND_ZH = re.compile(
+    r"^我(?!.*(?:该|能|要不要|可以|好不好|适合|为什么|怎么|为啥))[^，,。！!？?]{0,10}"
+    r"(?:什么|啥|哪|几|多少|谁)[^，,。！!]{0,6}[？?]\s*$"
+)
+
+
+def reminds(role: str | None, text: str) -> bool:
+    """Is the turn a user's question about themself that tells nothing: a question ("Where
+    do I live again?", 我的血型是什么？) in the first person, asking a fact, not advice ("what
+    should i get my husband?") nor what the assistant said, with no number, no name inside
+    and no statement before it ("i'm on lisinopril, what dose …")?"""
+    t = text.strip()
+    if role != "user" or not asks_plainly(t) or not asks_about_user(t):
+        return False
+    if asks_advice(t) or tells_then_asks(t) or any(ch.isdigit() for ch in t):
+        return False
+    if any(m.group(1) not in _NOT_NAMES for m in _NAME_INSIDE.finditer(t)):
+        return False
+    if _REMIND_ZH.search(t) is not None:
+        return True
+    words = _WORD.findall(t)
+    # "how long do i boil an egg?" asks how to, "how many kids do i have?" what is.
+    how_to = words[:1] in (["how"], ["How"]) and _HOW_TO.search(t) is not None
+    return len(words) <= 9 and not how_to and _REMIND_EN.search(t) is not None
+
+
 def names_speaker(query: str, speaker: str) -> bool:
     """Does the query name the speaker: as a whole word, case aside (a Chinese name, which
     has no word boundaries, anywhere in it)?"""

@@ -411,7 +411,9 @@ class TextFacts:
 
     terms: array[int]  # the index terms of the content ("speaker: text")
     own_terms: int  # the index terms of its own text, without "speaker: "
-    question_terms: int | None  # an assistant turn ending in "?": its terms; else None
+    # An assistant turn ending in "?", or a user's asking to be reminded of something of
+    # their own (`ranking.reminds`): its terms; else None.
+    question_terms: int | None
     language: ranking.Language
     states_change: bool
     filler: bool = False  # `ranking.filler`: a reaction that states nothing
@@ -421,7 +423,8 @@ class TextFacts:
     current: bool = False  # `ranking.states_current`: says how things stand now (now, 现在)
 
     def asks_only(self, max_terms: int) -> bool:
-        """`ranking.asks_only`: an assistant turn that is a short question."""
+        """`ranking.asks_only`: an assistant turn that is a short question, or a user's short
+        question about themself that tells nothing ("Where do I live again?")."""
         return self.question_terms is not None and self.question_terms <= max_terms
 
 
@@ -439,7 +442,9 @@ def text_facts(content: str, role: str | None) -> TextFacts:
     own = terms.tokenize(text)
     tokens = own if text is content else terms.tokenize(content[: len(content) - len(text)]) + own
     own_terms = len(own)
-    question = role == "assistant" and text.strip().endswith(("?", "？"))
+    question = (role == "assistant" and text.strip().endswith(("?", "？"))) or ranking.reminds(
+        role, text
+    )
     return TextFacts(
         terms=array("L", sorted({terms.term_id(t) for t in tokens})),
         own_terms=own_terms,

@@ -222,6 +222,33 @@ async def test_the_readme_example_finds_the_fact_first(
     assert lisbon["sources"][0]["message_id"] == "m1"
 
 
+async def test_a_question_the_user_asked_before_is_no_answer(
+    running: Running, ids: Callable[[str], str]
+) -> None:
+    """The user's questions are stored like any turn. "Where do I live again?" right after
+    another turn of theirs matched "Where do I live?" asked later better than the answer
+    did (我住在哪里？ put it first), and its words, as the next turn's terms, put the Berlin
+    trip before it first (`ranking.reminds`)."""
+    user = ids("user")
+    await post_messages(
+        running,
+        ids("session"),
+        user,
+        [
+            *README_EXAMPLE,
+            turn("My beagle Pixel is two.", id="m4"),
+            turn("我下个月要去柏林出差。", id="m5"),
+            turn("Where do I live again?", id="m6"),
+        ],
+    )
+    for query in ("Where do I live?", "我住在哪里？"):
+        found = await recall(running, user, query)
+        assert found[0]["sources"][0]["message_id"] == "m1", (query, found)
+        ranked = [r["sources"][0]["message_id"] for r in found]
+        assert ranked.index("m1") < ranked.index("m6"), (query, ranked)
+        assert "m5" not in ranked[:2], (query, ranked)
+
+
 async def test_a_question_that_names_the_user_by_their_id_is_about_the_user(
     running: Running, ids: Callable[[str], str]
 ) -> None:

@@ -100,6 +100,22 @@ def test_a_turn_is_indexed_with_the_next_turn_once_it_is_in_the_log() -> None:
     assert plain.after is None
 
 
+def test_a_question_about_the_user_is_no_next_turn() -> None:
+    """ "Where do I live again?" right after "我下个月要去柏林出差。" is not about Berlin: its
+    words made the Berlin turn answer "Where do I live?"; the turn after it is taken."""
+    history = [
+        msg(1, "我下个月要去柏林出差。"),
+        msg(2, "Where do I live again?"),
+        msg(3, "You live in Lisbon.", "assistant"),
+    ]
+    [berlin, question, _] = cut([], history)
+    assert berlin.after is None
+    assert question.after == "assistant: You live in Lisbon."
+    history[1] = msg(2, "Where will you stay there?", "assistant")
+    [berlin, _, _] = cut([], history)
+    assert berlin.after == "assistant: Where will you stay there?"
+
+
 def test_neighbours_further_than_a_rebuild_reads_are_left_out() -> None:
     """A rebuild reads 8 messages before a turn and 5 after it: a turn with more system
     messages between it and its neighbour is indexed without that neighbour, in a batch

@@ -1079,3 +1079,36 @@ def test_names_unclassed(text: str, unclassed: bool) -> None:
 def test_asked_about_leaves_out_words_of_a_class_that_name_no_one() -> None:
     assert ranking.asked_about("what was that dad joke i liked?") == frozenset()
     assert ranking.asked_about("when is my dad's birthday?") == frozenset(("father",))
+
+
+@pytest.mark.parametrize(
+    ("role", "text", "reminds"),
+    [
+        ("user", "Where do I live again?", True),
+        ("user", "what's my blood type?", True),
+        ("user", "which gym did i join?", True),
+        ("user", "how many kids do i have?", True),
+        ("user", "我住在哪里？", True),
+        ("user", "我家猫几岁了？", True),
+        # Advice, how to, why: the user asks for something, not to be reminded.
+        ("user", "what should i get my husband?", False),
+        ("user", "how long do i boil an egg for a soft yolk?", False),
+        ("user", "What's the best way to care for my moisture-wicking tops?", False),
+        ("user", "我该买什么？", False),
+        ("user", "我的猫为什么掉毛？", False),
+        # It tells something: a statement first, a name, a number.
+        ("user", "i'm on lisinopril, what dose is my max?", False),
+        ("user", "where is my Berlin hotel?", False),
+        ("user", "what time is my 9am meeting?", False),
+        # Not about the user, not a question, not the user's.
+        ("user", "Where does Ana live?", False),
+        ("user", "I moved to Lisbon last May.", False),
+        ("assistant", "Where do you live?", False),
+    ],
+)
+def test_a_users_question_about_themself_asks_to_be_reminded(
+    role: str, text: str, reminds: bool
+) -> None:
+    """Stored as a turn, "Where do I live again?" matched the same question asked later
+    better than the answer, and its words made the turn before it answer it."""
+    assert ranking.reminds(role, text) is reminds
