@@ -733,7 +733,10 @@ class UserWordsFirst:
         my dentist appointment?", "yeah $240 parts and labor" after "took the civic in
         today …" for "how much did the brake job run me?": the question asks for a time, an
         amount or a name, the turn names one and the opener none ("小林生日是6月18号"
-        keeps its place above "提前三天就行"). Or anything after an opener that only asks.
+        keeps its place above "提前三天就行"). Or, whatever it asks, a turn that holds
+        a word of the question the opener lacks ("we meet at lena's place" after "our
+        book club is doing …" for "where does book club meet"). Or anything after an
+        opener that only asks.
         A detail the question does not ask for stays below ("she just turned 12" after "my
         daughter got into the robotics club" for "what activity did she join?")."""
         kind, amount, name = question.kind, question.amount, question.name
@@ -769,6 +772,8 @@ class UserWordsFirst:
             return True
         if further or answered:  # two exchanges on: only as the answer to what it asked
             return False
+        if question.words & _words(text) - _words(said):  # what is asked of the topic
+            return True
         if ranking.asks_plainly(said):
             # Its own words carry the topic: a reply that shares few is a new one ("燕麦她
             # 不爱吃，我试试别的" after "我妈血糖有点高，有什么适合她吃的早餐吗？").
@@ -1003,12 +1008,15 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(w for w in terms.tokenize(text) if len(w) >= (2 if ranking.has_cjk(w) else 3))
 
 
-# The words that ask, not what about: shared by two questions, they tell nothing.
+# The words that ask, not what about: shared by two questions, they tell nothing. Nor do
+# those for how often ("我早上一般喝点啥？" is not answered by "嗯 一般配个面包").
 _ASKING_WORDS = frozenset(
     w
     for text in (
         "time times much many old long name names day days date kind type sort",
+        "usually normally generally typically always often",
         "几点 多少 多久 几号 哪天 名字 时候 什么 哪里 哪儿 哪个 怎么 多长",
+        "一般 平时 通常 经常 总是 平常",
     )
     for word in text.split()
     for w in (*_words(word), word)

@@ -1290,6 +1290,23 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
             "lol tin. she'd kill me. the trip idea is nice tho",
             1,
         ),
+        # a word of the question the opener lacks: the opener brought the topic up, the
+        # turn tells what the question asks of it
+        (
+            "where does book club meet",
+            "our book club is doing tomorrow and tomorrow and tomorrow this month",
+            "yes pls. we meet at lena's place first sunday of the month",
+            2,
+        ),
+        ("我的体检报告有啥问题", "上周去做了体检", "报告出来了，血脂有点高", 2),
+        # ... not a word for how often ("usually", 一般): it asks nothing of the topic
+        ("我早上一般喝点啥？", "早上不来杯美式根本醒不过来", "嗯 一般配个面包", 1),
+        (
+            "what do i usually eat for lunch",
+            "lunch is always a burrito bowl",
+            "usually at my desk",
+            1,
+        ),
         # anything after an opener that only asks
         (
             "what kind of books do i like?",
