@@ -956,6 +956,23 @@ def last_clause(text: str) -> str:
     return next((c for c in reversed(_CLAUSES.split(text)) if c.strip()), "")
 
 
+_AFTER_QUESTION = re.compile(r"(?<=[?？])\s*")
+
+
+def asked_in(text: str) -> str | None:
+    """What the assistant's turn asks, if it asks and offers nothing: its last sentence
+    ("Sizing varies a lot between brands." is no question about the size), or its last
+    question when one short sentence follows it, as assistants explain why they ask
+    ("What's she studying? That changes what she needs.")."""
+    if ends_asking(text):
+        return None if offers(text) else last_clause(text).strip()
+    *head, tail = _AFTER_QUESTION.split(text.strip())
+    if not head or len(_CLAUSES.split(tail.strip(" .!。！"))) > 1 or len(tail) > 80:
+        return None
+    asked = "".join(head)
+    return None if offers(asked) else last_clause(asked).strip()
+
+
 _ASKS_CLOCK = re.compile(r"\bwhat time\b|几点|什么时间", re.IGNORECASE)
 _ASKS_DAY = re.compile(
     r"\b(?:what|which) (?:day|date|weekend)\b|哪天|哪一天|哪几天|几号|星期几|周几|礼拜几|哪个周末",

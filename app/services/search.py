@@ -815,11 +815,9 @@ class UserWordsFirst:
         paws" for "what does mochi look like?"): the opener holds the topic's words, the
         question and its answer the rest."""
         whole = MemoryPayload.text_of(between.hit.payload.content, "assistant")
-        if not ranking.ends_asking(whole) or ranking.offers(whole):
+        asks = ranking.asked_in(whole)
+        if asks is None:
             return False
-        # What it asked is its last sentence: "Sizing varies a lot between brands." is no
-        # question about the size.
-        asks = ranking.last_clause(whole)
         text = MemoryPayload.text_of(turn.hit.payload.content, "user")
         said = MemoryPayload.text_of(opener.hit.payload.content, "user")
         # A word of the question that the assistant's question holds and the opener does

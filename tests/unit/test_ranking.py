@@ -1112,3 +1112,24 @@ def test_a_users_question_about_themself_asks_to_be_reminded(
     """Stored as a turn, "Where do I live again?" matched the same question asked later
     better than the answer, and its words made the turn before it answer it."""
     assert ranking.reminds(role, text) is reminds
+
+
+@pytest.mark.parametrize(
+    ("text", "asked"),
+    [
+        ("Fun! Who did you get?", "Who did you get"),
+        (
+            "Sizing varies a lot between brands. Are you looking for road or trail?",
+            "Are you looking for road or trail",
+        ),
+        # a question, then why it is asked
+        ("What's she studying? That changes what she needs.", "What's she studying"),
+        ("住哪里定了吗？我可以帮你看看。", "住哪里定了吗"),
+        # no question, or more than a short sentence after it, or an offer
+        ("That sounds fun. Enjoy!", None),
+        ("Is he acting normal? Watch for vomiting. Call the vet if he stops eating.", None),
+        ("Want me to draft a packing list?", None),
+    ],
+)
+def test_what_the_assistant_asked(text: str, asked: str | None) -> None:
+    assert ranking.asked_in(text) == asked
