@@ -1045,15 +1045,36 @@ _MAY_TELL_AMOUNT = re.compile(
     re.IGNORECASE,
 )
 _DIGITS = re.compile(r"\d+")
+# A question for a size ("what size shoe does dad wear", "furnace filter size?", 床垫多大,
+# 穿几码; not an age, 豆豆多大了) and what may tell one besides a number: "queen", "a
+# medium", XL, 大号, L码.
+_ASKS_SIZE = re.compile(
+    r"\bwhat\s+(?:[\w'’-]+\s+)?sizes?\b|\bsizes?\s*[?？.!]*\s*$|尺码|尺寸|几码|"
+    r"多大(?!年纪|岁|了|年龄)",
+    re.IGNORECASE,
+)
+_TELLS_SIZE = re.compile(
+    r"\b(?:x+s|x+l|\d?xl|small|medium|large|petite|queen|king|twin|full|regular|wide|"
+    r"narrow|one size)\b|\b(?:size|sz)\s+[smlx]+\b|[大中小]号|[SMLX]+码|均码|加大",
+    re.IGNORECASE,
+)
 
 
-def may_tell(text: str, *, time: bool, amount: bool) -> bool:
+def asks_size(question: str) -> bool:
+    """Does the question ask for a size (of shoes, a ring, a bed, a filter)?"""
+    return _ASKS_SIZE.search(question) is not None
+
+
+def may_tell(text: str, *, time: bool, amount: bool, size: bool = False) -> bool:
     """Could the text tell the time (`time`) or the number (`amount`) a question asks for?
     Loose, for the opposite: when none of a recall's results could, the question asks
     about something never said ("when is my husband's birthday?" over "gift ideas for my
     husband?", 我家猫几岁了 over 我家猫最近掉毛厉害). A bare number is no time ("2016 rav4,
-    98k miles" tells no due date), but is a number."""
-    if amount and (names_amount(text) or _MAY_TELL_AMOUNT.search(text) is not None):
+    98k miles" tells no due date), but is a number. A size (`size`) is told in numbers
+    or in words ("queen", XL, 大号)."""
+    if size and _TELLS_SIZE.search(text) is not None:
+        return True
+    if (amount or size) and (names_amount(text) or _MAY_TELL_AMOUNT.search(text) is not None):
         return True
     if not time:
         return False

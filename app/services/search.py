@@ -307,7 +307,8 @@ class Score:
         f = _Features.empty(n)
         # Always asked: the cross-language relevance reads `lacks` whatever the penalty.
         kind = _asks_for(spec.query)
-        number = kind is None and _asks_amount(spec.query)
+        size = ranking.asks_size(spec.query)
+        number = kind is None and (_asks_amount(spec.query) or size)
         period = self._period(spec)
         query_language = ranking.language(spec.query)
         for i, (hit, fused) in enumerate(hits):
@@ -324,7 +325,7 @@ class Score:
                     kind != "place" or ranking.shows_case(MemoryPayload.text_of(p.content, p.role))
                 )
             if number:  # loose: a number in words is one ("we have twins", 三个孩子)
-                f.lacks_number[i] = not may_tell_of(p.content, p.role, False, True)
+                f.lacks_number[i] = not may_tell_of(p.content, p.role, False, True, size)
             if period is not None and p.kind != "summary":  # a summary spans its period
                 f.outside[i] = not period[0] <= p.created_at < period[1]
             chunk_terms = hit.vectors.sparse_ids if hit.vectors else ()
@@ -465,10 +466,13 @@ def names_of(content: str, role: str | None, kind: ranking.AnswerType) -> bool:
 
 
 @text_memo(NAMES_BYTES)
-def may_tell_of(content: str, role: str | None, time: bool, amount: bool) -> bool:
+def may_tell_of(
+    content: str, role: str | None, time: bool, amount: bool, size: bool = False
+) -> bool:
     """`ranking.may_tell` of a memory's own text, once per text (like `names_of`): a number
     question asks it of every candidate."""
-    return ranking.may_tell(MemoryPayload.text_of(content, role), time=time, amount=amount)
+    text = MemoryPayload.text_of(content, role)
+    return ranking.may_tell(text, time=time, amount=amount, size=size)
 
 
 def _stack(rows: Sequence[Sequence[float] | NDArray[np.float32]], dim: int) -> NDArray[np.float32]:
@@ -524,15 +528,17 @@ def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:
     time = kind == "time"
     # How long and how often are told in numbers too ("took me 140 hours"), and 几号 asks
     # for a date or a number (停车位是几号 over "B14").
+    size = ranking.asks_size(spec.query)  # "what size shoe does dad wear": "a 10.5", "queen"
     amount = (
         _asks_amount(spec.query)
+        or size
         or ranking.time_asked(spec.query) in ("duration", "often")
         or "几号" in spec.query
     )
     if not (time or amount) or ranking.asks_name(spec.query) or ranking.asks_who(spec.query):
         return False
     return not any(
-        may_tell_of(c.hit.payload.content, c.hit.payload.role, time, amount) for c in results
+        may_tell_of(c.hit.payload.content, c.hit.payload.role, time, amount, size) for c in results
     )
 
 

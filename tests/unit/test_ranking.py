@@ -1133,3 +1133,36 @@ def test_a_users_question_about_themself_asks_to_be_reminded(
 )
 def test_what_the_assistant_asked(text: str, asked: str | None) -> None:
     assert ranking.asked_in(text) == asked
+
+
+@pytest.mark.parametrize(
+    ("question", "size"),
+    [
+        ("what size shoe does dad wear", True),
+        ("furnace filter size?", True),
+        ("老婆穿多大码的鞋", True),
+        ("我要买的床垫多大", True),
+        # an age, or a size as a topic
+        ("豆豆多大了？", False),
+        ("我妈多大年纪了？", False),
+        ("did the size of the bonus change?", False),
+    ],
+)
+def test_a_question_for_a_size(question: str, size: bool) -> None:
+    assert ranking.asks_size(question) is size
+
+
+@pytest.mark.parametrize(
+    ("text", "tells"),
+    [
+        ("medium firm, queen", True),
+        ("he's a 10.5", True),
+        ("i'm a small in tops", True),
+        ("L码就行", True),
+        ("size m fits", True),
+        ("mom's birthday is coming up", False),
+        ("need a podcast for my commute", False),
+    ],
+)
+def test_what_may_tell_a_size(text: str, tells: bool) -> None:
+    assert ranking.may_tell(text, time=False, amount=False, size=True) is tells

@@ -1799,6 +1799,13 @@ def test_the_assistant_confirming_a_change_stays_below_the_users_words() -> None
         ("褪黑素啥时候吃", ["医生让我睡前吃一片褪黑素"], True),
         ("我公司的停车位是几号？", ["finally got a reserved parking spot at work, B14"], True),
         ("when did i start running?", ["started running 3 months ago"], True),
+        # A size, told in numbers or in words; not asked for: an age (多大了).
+        ("what's my wife's ring size", ["need a podcast for my commute"], False),
+        ("what size shoe does dad wear", ["looking at allbirds for dad"], False),
+        ("what size shoe does dad wear", ["looking at allbirds for dad", "he's a 10.5"], True),
+        ("我要买的床垫多大", ["medium firm, queen"], True),
+        ("我要买的床垫多大", ["床垫太硬了想换"], False),
+        ("豆豆多大了？", ["豆豆是只小柯基，很乖"], False),
         # Not asked for a time or a number: left to the floor.
         ("那几件衣服是在哪买的？", ["那件外套是在优衣库买的"], True),
         ("who's my dentist?", ["i need to book a dentist appt"], True),
