@@ -498,17 +498,40 @@ class MinRelevance:
     for by its period ("what happened last week?", `kinds: [summary]` with a `time_range`),
     which a turn-level relevance does not measure."""
 
+    # Below this multiple of the floor, a turn that states nothing of the user's goes too
+    # (`_states_nothing`): the assistant's, or the user's asking it for something ("小米粥
+    # 怎么煮才黏糊", 0.106, for 我的车险哪天到期). The answers that low are the user's own
+    # statements in other words ("I moved to Lisbon." for "Where do I live?", 0.13).
+    aside: float = 2.0
+
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.min_relevance <= 0:
             return candidates
+        # A question about what the assistant said is answered by its turns.
+        aside = 0.0 if ranking.asks_assistant(spec.query) else self.aside * spec.min_relevance
         kept = [
             c
             for c in candidates
-            if c.semantic >= spec.min_relevance or c.hit.payload.kind == "summary"
+            if c.hit.payload.kind == "summary"
+            or c.semantic >= aside
+            or (c.semantic >= spec.min_relevance and not _states_nothing(c.hit.payload))
         ]
         if _never_told(spec, kept) or _told_of_others(spec, kept, candidates):
             return []
         return kept
+
+
+def _states_nothing(p: MemoryPayload) -> bool:
+    """Is the memory a turn that states nothing of the user's: the assistant's, or one
+    that asks and tells nothing before it ("how do i get red wine out of carpet"; not
+    "i'm on lisinopril, is it ok to take ibuprofen?")? A derived fact states; so does a
+    named speaker in the assistant's role (an import's second person, "Melanie: …")."""
+    if p.role == "assistant" and p.content.startswith("assistant: "):
+        return True
+    if p.role not in ("user", "assistant"):
+        return False
+    text = MemoryPayload.text_of(p.content, p.role)
+    return ranking.ends_asking(text) and not ranking.tells_then_asks(text)
 
 
 def _never_told(spec: SearchSpec, results: list[Candidate]) -> bool:

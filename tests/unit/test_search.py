@@ -1825,6 +1825,58 @@ async def test_a_question_for_a_time_or_a_number_that_no_result_tells_gets_none(
     assert len(await MinRelevance()(spec(query=query, min_relevance=0.0), out)) == len(hits)
 
 
+@pytest.mark.parametrize(
+    ("query", "text", "role", "semantic", "kept"),
+    [
+        # Barely related, and it states nothing of the user's: the assistant's turn, the
+        # user's asking it for something.
+        ("我老公在哪上班？", "小米粥怎么煮才黏糊", "user", 0.106, False),
+        (
+            "where did i go to college?",
+            "A Roth IRA is a retirement account.",
+            "assistant",
+            0.12,
+            False,
+        ),
+        # The user's own statement that low is an answer in other words.
+        ("Where do I live?", "I moved to Lisbon last May.", "user", 0.13, True),
+        # A question that tells something first is a statement too.
+        (
+            "what meds am i on?",
+            "i'm on lisinopril for blood pressure, is it ok to take ibuprofen?",
+            "user",
+            0.15,
+            True,
+        ),
+        # Above twice the floor, or a question about what the assistant said: kept.
+        (
+            "where did i go to college?",
+            "A Roth IRA is a retirement account.",
+            "assistant",
+            0.21,
+            True,
+        ),
+        ("what did you recommend for dinner?", "Try the Trattoria Lucia.", "assistant", 0.12, True),
+        # An import's named second speaker in the assistant's role states too.
+        ("What did Melanie paint?", "I painted a lake at sunrise.", "Melanie", 0.12, True),
+    ],
+)
+async def test_a_turn_that_states_nothing_needs_twice_the_floor(
+    query: str, text: str, role: str, semantic: float, kept: bool
+) -> None:
+    """Unrelated turns of a short history score 0.10-0.20: the assistant's replies and the
+    user's requests to it were what a question about something never mentioned got back;
+    the answers that low are the user's own statements in other words."""
+    said = hit(1, content=f"{role}: {text}", role="user" if role == "user" else "assistant")
+    out = await MinRelevance()(
+        spec(query=query, min_relevance=0.1), _ranked(said, semantic=[semantic])
+    )
+    assert bool(out) is kept
+    assert await MinRelevance()(
+        spec(query=query, min_relevance=0.0), _ranked(said, semantic=[semantic])
+    )
+
+
 def test_a_question_for_a_number_ranks_a_memory_that_names_none_lower() -> None:
     """ "How old is my dog?": the turn with the age goes above an as close one with no
     number (the answer-type penalty, as for a time or a place), also when it is first in
