@@ -1055,7 +1055,8 @@ _ASKS_SIZE = re.compile(
 )
 _TELLS_SIZE = re.compile(
     r"\b(?:x+s|x+l|\d?xl|small|medium|large|petite|queen|king|twin|full|regular|wide|"
-    r"narrow|one size)\b|\b(?:size|sz)\s+[smlx]+\b|[大中小]号|[SMLX]+码|均码|加大",
+    r"narrow|one size|tall|grande|venti|trenta|short|kids?|toddler|youth|junior)\b|"
+    r"\b(?:size|sz)\s+[smlx]+\b|[大中小]号|[SMLX]+码|均码|加大",
     re.IGNORECASE,
 )
 

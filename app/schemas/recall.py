@@ -87,9 +87,9 @@ class RecallRequest(StrictModel):
         f"results. Default {DEFAULT_MIN_RELEVANCE}, chosen on the benchmarks "
         "(bench/README.md) so that it does not hide the answer to an everyday question asked "
         f"in other words; from {CONFIDENT_RELEVANCE} a result is a confident one; 0 keeps "
-        "everything. A turn that states nothing of the user's (the assistant's, or the user's "
-        "asking it for something) needs twice the floor, unless the question asks what the "
-        "assistant said. With a floor, a question for a time or a number (when, how many) that "
+        "everything. For a question about the user (not a query of keywords, nor one about "
+        "what the assistant said), a turn that states nothing of the user's (the assistant's, "
+        "or the user's asking it for something) needs twice the floor. With a floor, a question for a time or a number (when, how many) that "
         "none of the results tells gets no results, and so does a question about someone of "
         "the user's (my son, dad) when every result speaks only of someone else (my "
         "daughter, mom). Applies to memories; summaries, asked for by their period, are kept",

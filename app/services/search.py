@@ -507,8 +507,12 @@ class MinRelevance:
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
         if spec.min_relevance <= 0:
             return candidates
-        # A question about what the assistant said is answered by its turns.
-        aside = 0.0 if ranking.asks_assistant(spec.query) else self.aside * spec.min_relevance
+        # A question about what the assistant said is answered by its turns; a query of
+        # keywords ("cooking conversions"; not "my shoe size") asks nothing of the user's.
+        asks = (
+            ranking.ends_asking(spec.query) or ranking.asks_about_user(spec.query)
+        ) and not ranking.asks_assistant(spec.query)
+        aside = (self.aside if asks else 1.0) * spec.min_relevance
         kept = [
             c
             for c in candidates
@@ -784,15 +788,7 @@ class UserWordsFirst:
             return False
         if between is not None and _asks_about_another(question, between):
             return False
-        # The opener names what the question asks for and the reply does not ("lent marcus
-        # $400 …" for "how much does marcus owe me"): the reply goes on about something else.
-        answered = (
-            (kind == "time" and _told_when(question, said) and not _told_when(question, text))
-            or (amount and ranking.names_amount(said) and not ranking.names_amount(text))
-            or (
-                (name or question.who) and ranking.names_name(said) and not ranking.names_name(text)
-            )
-        )
+        answered = _opener_answers(question, said, text)
         if (
             not answered
             and between is not None
@@ -938,6 +934,29 @@ class _Question:
         return not self.amount or ranking.names_amount(
             MemoryPayload.text_of(payload.content, payload.role)
         )
+
+
+def _opener_answers(question: _Question, said: str, text: str) -> bool:
+    """Does the opener (`said`) name what the question asks for and the next turn (`text`)
+    not ("lent marcus $400 …" for "how much does marcus owe me"; "我老公在华为上班" then
+    "他每天加班到很晚，工作太累了" for 我老公在哪里工作, a place only in Chinese, whose
+    places the patterns see)? Then the next turn goes on about something else."""
+    if question.kind == "time" and _told_when(question, said) and not _told_when(question, text):
+        return True
+    if (
+        question.kind == "place"
+        and ranking.language(said) == "zh"
+        and _names_place_asked(_without_words(said, question.words), question)
+        and not _names_place_asked(text, question)
+    ):
+        return True
+    if question.amount and ranking.names_amount(said) and not ranking.names_amount(text):
+        return True
+    return bool(
+        (question.name or question.who)
+        and ranking.names_name(said)
+        and not ranking.names_name(text)
+    )
 
 
 def _not_below(moved: Candidate, over: Candidate, share: float, floor: float) -> Candidate:
@@ -1447,8 +1466,13 @@ def _place(payload: MemoryPayload) -> tuple[str, int] | None:
 
 def _may_restate(payload: MemoryPayload) -> bool:
     """A memory that may state the new value of a fact: not the assistant's, not a
-    summary."""
-    return payload.role != "assistant" and payload.kind != "summary"
+    summary, not the user's asking to be reminded ("what's my blood type?" is no newer
+    "my blood type is O negative")."""
+    return (
+        payload.role != "assistant"
+        and payload.kind != "summary"
+        and text_facts(payload.content, payload.role).question_terms is None
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1160,6 +1160,7 @@ def test_a_question_for_a_size(question: str, size: bool) -> None:
         ("i'm a small in tops", True),
         ("L码就行", True),
         ("size m fits", True),
+        ("i usually get the venti", True),
         ("mom's birthday is coming up", False),
         ("need a podcast for my commute", False),
     ],

@@ -1299,6 +1299,8 @@ def test_the_users_answer_goes_above_the_assistants_question() -> None:
             2,
         ),
         ("我的体检报告有啥问题", "上周去做了体检", "报告出来了，血脂有点高", 2),
+        # ... not when the opener names what is asked and the turn does not
+        ("我老公在哪里工作", "我老公在华为上班", "他每天加班到很晚，工作太累了", 1),
         # ... not a word for how often ("usually", 一般): it asks nothing of the topic
         ("我早上一般喝点啥？", "早上不来杯美式根本醒不过来", "嗯 一般配个面包", 1),
         (
@@ -1857,6 +1859,17 @@ async def test_a_question_for_a_time_or_a_number_that_no_result_tells_gets_none(
             True,
         ),
         ("what did you recommend for dinner?", "Try the Trattoria Lucia.", "assistant", 0.12, True),
+        # ... but not under the floor itself
+        (
+            "what did you recommend for dinner?",
+            "Try the Trattoria Lucia.",
+            "assistant",
+            0.05,
+            False,
+        ),
+        # A query of keywords asks nothing of the user's.
+        ("cooking conversions", "About 4.2 US cups.", "assistant", 0.138, True),
+        ("my shoe size", "A Roth IRA is a retirement account.", "assistant", 0.12, False),
         # An import's named second speaker in the assistant's role states too.
         ("What did Melanie paint?", "I painted a lake at sunrise.", "Melanie", 0.12, True),
     ],
@@ -1875,6 +1888,18 @@ async def test_a_turn_that_states_nothing_needs_twice_the_floor(
     assert await MinRelevance()(
         spec(query=query, min_relevance=0.0), _ranked(said, semantic=[semantic])
     )
+
+
+async def test_a_stored_question_restates_nothing() -> None:
+    """The user's "what's my blood type?", stored after "my blood type is O negative", is
+    no newer value of it: the statement stays first for the same question asked later."""
+    v = [1.0, 0.0, 0.0]
+    said = hit(1, days_old=30, turn=v, content="user: my blood type is O negative", role="user")
+    asked = hit(2, days_old=1, turn=v, content="user: what's my blood type?", role="user")
+    out = await NewerFactsFirst(0.4)(
+        spec(query="what's my blood type?"), _ranked(said, asked, semantic=(0.86, 0.68))
+    )
+    assert [c.hit.id.int for c in out] == [1, 2]
 
 
 def test_a_question_for_a_number_ranks_a_memory_that_names_none_lower() -> None:
