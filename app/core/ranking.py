@@ -1038,7 +1038,9 @@ _MAY_TELL_TIME = re.compile(
 _MAY_TELL_AMOUNT = re.compile(
     r"[0-9０-９]|[一二三四五六七八九十两百千万半几]"
     r"(?:个|顿|次|天|晚|人|口|张|节|遍|瓶|杯|米|克|分|斤|块|元|岁|号|点|周|年|月|只|片|层|楼|"
-    r"公里|对|来|多)|俩|仨|双胞胎|独生|独苗|满月|周岁|半百|免费|白送|不要钱|没花钱|"
+    r"公里|对|来|多|室|厅|居|卧)|俩|仨|双胞胎|独生|独苗|满月|周岁|半百|免费|白送|不要钱|没花钱|"
+    # An age told by the zodiac year or the school a child starts (儿子属龙的，明年上小学).
+    r"属[鼠牛虎兔龙蛇马羊猴鸡狗猪]|上(?:小学|初中|高中|大学|幼儿园|托班|小班|中班|大班)|"
     r"\b(?:both|twins?|triplets|quadruplets|pairs?|grand|fortnight|overnight|none|zero|"
     r"decades? (?:old|ago|long|now)|alone|nothing|newborn|single|free|only child|just me|"
     r"(?:twen|thir|for|fif|six|seven|eigh|nine)ties)\b|\bno [a-z]+s\b",

@@ -89,8 +89,9 @@ class RecallRequest(StrictModel):
         f"in other words; from {CONFIDENT_RELEVANCE} a result is a confident one; 0 keeps "
         "everything. For a question about the user (not a query of keywords, nor one about "
         "what the assistant said), a turn that states nothing of the user's (the assistant's, "
-        "or the user's asking it for something) needs twice the floor. With a floor, a question for a time or a number (when, how many) that "
-        "none of the results tells gets no results, and so does a question about someone of "
+        "or the user's asking it for something) needs twice the floor. With a floor, a "
+        "question for a time, a number or a size (when, how many, what size) that none of the "
+        "results tells gets no results, and so does a question about someone of "
         "the user's (my son, dad) when every result speaks only of someone else (my "
         "daughter, mom). Applies to memories; summaries, asked for by their period, are kept",
     )

@@ -52,15 +52,17 @@ def test_everyday_set_is_well_formed() -> None:
 
 
 def test_the_sets_helpers_wrote_are_well_formed() -> None:
-    """everyday2 … everyday11: every index a turn, one answer that is no filler, an update
+    """everyday2 … everyday12: every index a turn, one answer that is no filler, an update
     after what it replaces, a cross-language question in the other language than the
-    history."""
+    history; at least 150 answerable questions a set (112 in everyday12, the review's
+    probes)."""
     paths = sorted((BENCH / "data").glob("everyday[0-9]*.json"))
     assert len(paths) >= 10
     for path in paths:
         _, items = everyday.load(path)
         assert len({it.id for it in items}) == len(items), path.name
-        assert sum(1 for it in items if it.answer_turn is not None) >= 150, path.name
+        least = 100 if path.name == "everyday12.json" else 150
+        assert sum(1 for it in items if it.answer_turn is not None) >= least, path.name
         for it in items:
             n = len(it.turns)
             assert all(0 <= k < n for k in it.filler_turns), it.id

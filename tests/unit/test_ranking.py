@@ -1167,3 +1167,15 @@ def test_a_question_for_a_size(question: str, size: bool) -> None:
 )
 def test_what_may_tell_a_size(text: str, tells: bool) -> None:
     assert ranking.may_tell(text, time=False, amount=False, size=True) is tells
+
+
+@pytest.mark.parametrize(
+    ("text", "tells"),
+    [
+        ("儿子属龙的，明年上小学", True),  # an age, by the zodiac year and the school
+        ("两室一厅", True),  # a flat's size in rooms
+        ("我家猫最近掉毛厉害", False),
+    ],
+)
+def test_what_may_tell_an_age_or_a_size_in_chinese(text: str, tells: bool) -> None:
+    assert ranking.may_tell(text, time=False, amount=True) is tells
