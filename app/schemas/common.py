@@ -75,6 +75,10 @@ def _json_value(value: Any, depth: int = 0) -> None:
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError("holds a number that is not finite")
+        # PostgreSQL's jsonb keeps 1e20 as the integer 100000000000000000000, which came
+        # back past what the service serialises (a 500 on the profile's next PATCH).
+        if abs(value) > INT64:
+            raise ValueError("holds a number outside the 64-bit range")
     elif isinstance(value, list):
         for item in value:
             _json_value(item, depth + 1)
@@ -229,7 +233,7 @@ Metadata = Annotated[
 ]
 JsonObject = Annotated[
     dict[str, Any],
-    Field(description="a JSON object: valid text, integers within 64 bits, 8 levels at most"),
+    Field(description="a JSON object: valid text, numbers within 64 bits, 8 levels at most"),
     AfterValidator(_json_object),
 ]
 FilterValue = Annotated[

@@ -369,10 +369,11 @@ async def test_what_the_named_person_said_is_ranked_by_the_question_without_thei
     assert 12 <= at < 30, (at, len(ranked))  # deep in recall's order, in what context asks
     unnamed = await recall(running, user, "Which desserts does make?", top_k=5, min_relevance=0)
     assert "raspberry tart" in unnamed[0]["content"]  # without the name, her best
-    body = await context(running, now, user, query=query, token_budget=250)
+    body = await context(running, now, user, query=query, token_budget=220)
     memories = [m["content"] for m in body["sections"]["memories"]]
     # The budget holds no more than recall ranked above it (`at` of them): in recall's
-    # order the tart would not be shown.
+    # order the tart would not be shown. (At 250 tokens 13 fitted in one CI run where the
+    # tart stood 12th: no margin.)
     assert len(memories) <= at, memories
     assert any("raspberry tart" in m for m in memories), memories
 

@@ -71,3 +71,14 @@ def test_identifiers_of_dots_alone_or_other_characters_are_refused(value: str) -
 )
 def test_json_media_types(content_type: str | None, json: bool) -> None:
     assert is_json(content_type) is json
+
+
+@pytest.mark.parametrize("value", [1e20, -1e19, 9.3e18])
+def test_a_json_number_past_64_bits_is_refused(value: float) -> None:
+    """PostgreSQL's jsonb turns 1e20 into an integer past 64 bits (docs/reliability.md)."""
+    from app.schemas.common import JsonObject, Metadata
+
+    for kind in (JsonObject, Metadata):
+        with pytest.raises(ValidationError, match="64-bit"):
+            TypeAdapter(kind).validate_python({"n": value})
+    assert TypeAdapter(JsonObject).validate_python({"n": 9e18, "x": 2.5}) == {"n": 9e18, "x": 2.5}
