@@ -1279,13 +1279,15 @@ def asks_plainly(text: str) -> bool:
 # matches the same question asked later better than the answer does, and its words, as the
 # next turn's terms, made the turn before it ("我下个月要去柏林出差。") answer "Where do I
 # live?" (`reminds`).
+_REMIND_OPENER = r"^\W*(?:(?:wait|hey|so|ok|okay|btw|um|uh|oh|hmm|sorry)\W+)?"
 _REMIND_EN = re.compile(
-    r"^\W*(?:(?:what|where|when|which|who|whose)(?:'s|’s|s)?|how (?:many|much|old|long|far))"
+    _REMIND_OPENER
+    + r"(?:(?:what|where|when|which|who|whose)(?:'s|’s|s)?|how (?:many|much|old|long|far))"
     r"(?:\s+[\w'’-]+){0,3}?\s+(?:"
     # ... is my X, ... did i / do i / am i VERB ("which gym did i join?", "whos my dentist")
     r"(?:is|are|was|were|'s|’s|do|does|did)\s+(?:my|our)|"
     r"(?:did|do|am|are|were|have|had)\s+(?:i|we)\b(?!\s+do\b)"
-    r")|^\W*(?:what|where|when|which|who)(?:'s|’s|s)\s+(?:my|our)\b",
+    r")|" + _REMIND_OPENER + r"(?:what|where|when|which|who)(?:'s|’s|s)\s+(?:my|our)\b",
     re.IGNORECASE,
 )
 _HOW_TO = re.compile(r"\bdo (?:i|we)\b(?! have\b)", re.IGNORECASE)
@@ -1312,7 +1314,8 @@ def reminds(role: str | None, text: str) -> bool:
         return True
     words = _WORD.findall(t)
     # "how long do i boil an egg?" asks how to, "how many kids do i have?" what is.
-    how_to = words[:1] in (["how"], ["How"]) and _HOW_TO.search(t) is not None
+    first = _WORD.findall(re.sub(_REMIND_OPENER, "", t, flags=re.IGNORECASE))[:1]
+    how_to = first in (["how"], ["How"]) and _HOW_TO.search(t) is not None
     return len(words) <= 9 and not how_to and _REMIND_EN.search(t) is not None
 
 

@@ -8,6 +8,7 @@ docs/seams.md shows how to add a stage.
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from array import array
@@ -661,9 +662,17 @@ class UserWordsFirst:
     # How far the question's cosines with the assistant's question and the user's reply to
     # it, summed, pass its cosine with the opener (`_asked_alike`).
     asked_alike: float = 0.17
+    # The assistant's answer goes above the user's request it answers from this share of
+    # the request's relevance (`_replies_first`: "Benign means not cancerous.", 0.5, for
+    # "what does benign mean" over "what did the doctor mean by 'benign'?", 1.0).
+    reply_share: float = 0.5
 
     async def __call__(self, spec: SearchSpec, candidates: list[Candidate], /) -> list[Candidate]:
-        if len(candidates) < 2 or ranking.asks_assistant(spec.query):
+        if len(candidates) < 2:
+            return candidates
+        if ranking.asks_assistant(spec.query):
+            if not _ASKED_BY_USER.search(spec.query):
+                candidates = _replies_first(candidates, self.within, self.reply_share)
             return candidates
         if not ranking.asks_about_user(spec.query) and _names_a_speaker(spec.query, candidates):
             return candidates
@@ -957,6 +966,42 @@ def _opener_answers(question: _Question, said: str, text: str) -> bool:
         and ranking.names_name(said)
         and not ranking.names_name(text)
     )
+
+
+# "what did i ask you to help write": what the user asked, not what the assistant said.
+_ASKED_BY_USER = re.compile(r"\b(?:i|we)\s+(?:ask|asked|tell|told)\s+(?:you|u)\b|我(?:问|让|叫)你")
+
+
+def _replies_first(candidates: list[Candidate], within: int, share: float) -> list[Candidate]:
+    """For a question about what the assistant said ("what book did you recommend"), the
+    assistant's reply goes just above the user's request it answers ("can you recommend a
+    good sci-fi book"), when
+    it is at most `within` places below and at least `share` as relevant: the request holds
+    the topic's words, the reply the answer. Only the assistant's own turns (not an
+    import's named speaker) and only a request that tells nothing first ("i'm on
+    lisinopril for blood pressure, is it ok …" holds the user's fact)."""
+    replies = {
+        at: n
+        for n, c in enumerate(candidates)
+        if c.hit.payload.content.startswith("assistant: ")
+        and (at := _place(c.hit.payload)) is not None
+    }
+    if not replies:
+        return candidates
+    order = list(range(len(candidates)))
+    for n, c in enumerate(candidates):
+        p = c.hit.payload
+        at = _place(p) if p.role == "user" else None
+        r = replies.get((at[0], at[1] + 1)) if at is not None else None
+        if r is None or r < n or order.index(r) - order.index(n) > within:
+            continue
+        text = MemoryPayload.text_of(p.content, "user")
+        if not ranking.ends_asking(text) or ranking.tells_then_asks(text):
+            continue
+        if candidates[r].semantic >= share * c.semantic:
+            order.remove(r)
+            order.insert(order.index(n), r)
+    return [candidates[k] for k in order]
 
 
 def _not_below(moved: Candidate, over: Candidate, share: float, floor: float) -> Candidate:

@@ -1090,6 +1090,8 @@ def test_asked_about_leaves_out_words_of_a_class_that_name_no_one() -> None:
         ("user", "how many kids do i have?", True),
         ("user", "我住在哪里？", True),
         ("user", "我家猫几岁了？", True),
+        ("user", "wait where do i live again?", True),
+        ("user", "ok how long do i boil an egg?", False),
         # Advice, how to, why: the user asks for something, not to be reminded.
         ("user", "what should i get my husband?", False),
         ("user", "how long do i boil an egg for a soft yolk?", False),

@@ -1902,6 +1902,26 @@ async def test_a_stored_question_restates_nothing() -> None:
     assert [c.hit.id.int for c in out] == [1, 2]
 
 
+@pytest.mark.parametrize(
+    ("query", "request_text", "first"),
+    [
+        # what the assistant said: its reply, not the request that holds the topic's words
+        ("what book did you recommend", "can you recommend a good sci-fi book", 2),
+        ("你上次推荐的那本书叫啥", "推荐一本好看的科幻小说呗", 2),
+        # what the user asked, or a request that tells the user's fact first
+        ("what did i ask you to recommend", "can you recommend a good sci-fi book", 1),
+        ("what did you recommend", "i loved dune, can you recommend a similar sci-fi book", 1),
+    ],
+)
+async def test_the_assistants_reply_goes_above_the_request_it_answers(
+    query: str, request_text: str, first: int
+) -> None:
+    asked = _exchange(1, request_text, "s", 1, "user")
+    reply = _exchange(2, "Try 'The Left Hand of Darkness' by Ursula Le Guin.", "s", 2, "assistant")
+    out = await UserWordsFirst()(spec(query=query), _ranked(asked, reply, semantic=(1.0, 0.98)))
+    assert out[0].hit.id.int == first
+
+
 def test_a_question_for_a_number_ranks_a_memory_that_names_none_lower() -> None:
     """ "How old is my dog?": the turn with the age goes above an as close one with no
     number (the answer-type penalty, as for a time or a place), also when it is first in
